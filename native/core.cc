@@ -1,0 +1,340 @@
+// The version-neutral core (tsn_*): what every generated per-version adapter calls.
+// It validates NCCL's arguments, runs control calls on the plugin thread, and keeps the
+// data path (isend/irecv/iflush/test) in native memory: a request slot, a queue post, and
+// an acquire load in test. Errors are translated to ncclResult_t here and in the plugin's
+// one table (plugin/errors.ts); every error carries a WARN naming the problem.
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "../embed/host.h"
+#include "binding.h"
+#include "internal.h"
+
+namespace tsn {
+
+static std::atomic<tsn_logger_t> g_logger{nullptr};
+static std::atomic<Ctx*> g_legacy{nullptr};  // the context of v6-v10, which have none
+
+void setLogger(tsn_logger_t logger) { g_logger.store(logger, std::memory_order_release); }
+
+void logMessage(int level, unsigned long flags, const char* msg) {
+  tsn_logger_t l = g_logger.load(std::memory_order_acquire);
+  if (l) l(level, flags, __FILE__, __LINE__, "NET/tsnet %s", msg);
+  else if (level == kLogWarn) fprintf(stderr, "NET/tsnet WARN %s\n", msg);  // never stdout
+}
+
+void log(int level, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  logMessage(level, level == kLogWarn ? ~0UL : (kSubsysInit | kSubsysNet), buf);
+}
+
+#define FAIL(rc, ...) \
+  do { log(kLogWarn, __VA_ARGS__); return (rc); } while (0)
+
+template <typename T>
+static T* handleOf(void* p, uint32_t magic) {
+  T* t = static_cast<T*>(p);
+  return (t && t->magic == magic) ? t : nullptr;
+}
+
+static Ctx* ctxOf(void* ctx) {
+  if (!ctx) return g_legacy.load(std::memory_order_acquire);
+  return handleOf<Ctx>(ctx, kMagicCtx);
+}
+
+static Comm* newComm(uint32_t magic, uint32_t jsId) {
+  Comm* c = new Comm();
+  c->magic = magic;
+  c->jsId = jsId;
+  for (int i = 0; i < kSlotsPerComm; i++) {
+    c->slots[i].magic = kMagicRequest;
+    c->slots[i].comm = c;
+    c->slots[i].index = static_cast<uint16_t>(i);
+  }
+  commRegister(c);  // plugin thread: called inside hostCall
+  return c;
+}
+
+// A free slot of the comm, or nullptr when all are in flight. One thread drives a comm's
+// data path, so the search needs no lock; the state itself is shared with the plugin thread.
+static Request* takeSlot(Comm* c) {
+  for (int k = 0; k < kSlotsPerComm; k++) {
+    Request* r = &c->slots[(c->cursor + k) % kSlotsPerComm];
+    if (r->state.load(std::memory_order_acquire) == kFree) {
+      c->cursor = (r->index + 1) % kSlotsPerComm;
+      return r;
+    }
+  }
+  return nullptr;
+}
+
+// Resolves [data, data+size) inside a registered region of this comm.
+static tsn_result_t resolve(Comm* c, const char* what, void* data, size_t size, void* mhandle, int tag, Buf* b) {
+  b->size = size;
+  b->tag = tag;
+  b->mrId = 0;
+  b->offset = 0;
+  if (size > static_cast<size_t>(INT_MAX))
+    FAIL(TSN_INVALID_ARGUMENT, "%s: size %zu is larger than the plugin's maximum %d", what, size, INT_MAX);
+  if (size == 0 && !mhandle) return TSN_SUCCESS;
+  Mr* mr = handleOf<Mr>(mhandle, kMagicMr);
+  if (!mr) FAIL(TSN_INVALID_ARGUMENT, "%s: %p is not a memory handle from regMr", what, mhandle);
+  if (mr->comm != c) FAIL(TSN_INVALID_ARGUMENT, "%s: memory handle %p was registered on another comm", what, mhandle);
+  char* p = static_cast<char*>(data);
+  if (p < mr->base || p > mr->base + mr->size || size > static_cast<size_t>(mr->base + mr->size - p))
+    FAIL(TSN_INVALID_ARGUMENT, "%s: buffer %p+%zu is outside its registered region %p+%zu", what, data, size,
+         static_cast<void*>(mr->base), mr->size);
+  b->mrId = mr->jsId;
+  b->offset = static_cast<uint64_t>(p - mr->base);
+  return TSN_SUCCESS;
+}
+
+}  // namespace tsn
+
+using namespace tsn;
+
+extern "C" {
+
+tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* config, tsn_logger_t logger,
+                      tsn_profiler_t prof) {
+  (void)prof;  // no profiler events yet
+  if (logger) setLogger(logger);
+  tsn_result_t rc = hostStart();
+  if (rc != TSN_SUCCESS) return rc;
+  bool legacy = ctx == nullptr;
+  if (legacy && g_legacy.load()) return TSN_SUCCESS;  // NCCL loaded the library again
+  uint32_t id = 0;
+  int trafficClass = config ? config->trafficClass : -1;
+  rc = hostCall([&] { return jsInit(commId, trafficClass, legacy, &id); });
+  if (rc != TSN_SUCCESS) return rc;
+  Ctx* c = new Ctx{kMagicCtx, id};
+  if (legacy) {
+    Ctx* expected = nullptr;
+    if (!g_legacy.compare_exchange_strong(expected, c)) delete c;
+  } else {
+    *ctx = c;
+  }
+  return TSN_SUCCESS;
+}
+
+tsn_result_t tsn_devices(int* ndev) {
+  if (!ndev) FAIL(TSN_INVALID_ARGUMENT, "devices: ndev is NULL");
+  return hostCall([&] { return jsDevices(ndev); });
+}
+
+tsn_result_t tsn_get_properties(int dev, tsn_props_t* props) {
+  if (!props) FAIL(TSN_INVALID_ARGUMENT, "getProperties: props is NULL");
+  return hostCall([&] { return jsGetProperties(dev, props); });
+}
+
+tsn_result_t tsn_listen(void* ctx, int dev, void* handle, void** listenComm) {
+  Ctx* c = ctxOf(ctx);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "listen: %p is not a context from init", ctx);
+  if (!handle || !listenComm) FAIL(TSN_INVALID_ARGUMENT, "listen: handle or listenComm is NULL");
+  return hostCall([&] {
+    uint32_t id = 0;
+    tsn_result_t rc = jsListen(c->jsId, dev, handle, &id);
+    if (rc == TSN_SUCCESS) *listenComm = new ListenComm{kMagicListen, id};
+    return rc;
+  });
+}
+
+tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, void* handle, void** sendComm,
+                         tsn_dev_handle_t** sendDevComm) {
+  (void)sendDevComm;  // a host plugin has no device comm; RCCL may pass a fake pointer
+  Ctx* c = ctxOf(ctx);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "connect: %p is not a context from init", ctx);
+  if (!handle || !sendComm) FAIL(TSN_INVALID_ARGUMENT, "connect: handle or sendComm is NULL");
+  *sendComm = nullptr;
+  int trafficClass = config ? config->trafficClass : -1;
+  return hostCall([&] {
+    uint32_t id = 0;
+    tsn_result_t rc = jsConnect(c->jsId, dev, trafficClass, handle, &id);
+    if (rc == TSN_SUCCESS && id) *sendComm = newComm(kMagicSend, id);
+    return rc;
+  });
+}
+
+tsn_result_t tsn_accept(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm) {
+  (void)recvDevComm;
+  ListenComm* l = handleOf<ListenComm>(listenComm, kMagicListen);
+  if (!l) FAIL(TSN_INVALID_ARGUMENT, "accept: %p is not a listen comm", listenComm);
+  if (!recvComm) FAIL(TSN_INVALID_ARGUMENT, "accept: recvComm is NULL");
+  *recvComm = nullptr;
+  return hostCall([&] {
+    uint32_t id = 0;
+    tsn_result_t rc = jsAccept(l->jsId, &id);
+    if (rc == TSN_SUCCESS && id) *recvComm = newComm(kMagicRecv, id);
+    return rc;
+  });
+}
+
+static Comm* anyComm(void* comm) {
+  Comm* c = static_cast<Comm*>(comm);
+  return (c && (c->magic == kMagicSend || c->magic == kMagicRecv)) ? c : nullptr;
+}
+
+tsn_result_t tsn_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  Comm* c = anyComm(comm);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "regMr: %p is not a send or receive comm", comm);
+  if (!mhandle) FAIL(TSN_INVALID_ARGUMENT, "regMr: mhandle is NULL");
+  if (!data && size) FAIL(TSN_INVALID_ARGUMENT, "regMr: data is NULL with size %zu", size);
+  Mr* mr = new Mr{kMagicMr, 0, static_cast<char*>(data), size, c, nullptr};
+  tsn_result_t rc = hostCall([&] { return jsRegMr(c, data, size, type, mr); });
+  if (rc != TSN_SUCCESS) {
+    mr->magic = kMagicDead;
+    delete mr;
+    return rc;
+  }
+  *mhandle = mr;
+  return TSN_SUCCESS;
+}
+
+tsn_result_t tsn_dereg_mr(void* comm, void* mhandle) {
+  Comm* c = anyComm(comm);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "deregMr: %p is not a send or receive comm", comm);
+  Mr* mr = handleOf<Mr>(mhandle, kMagicMr);
+  if (!mr) FAIL(TSN_INVALID_ARGUMENT, "deregMr: %p is not a memory handle from regMr", mhandle);
+  if (mr->comm != c) FAIL(TSN_INVALID_ARGUMENT, "deregMr: memory handle %p belongs to another comm", mhandle);
+  tsn_result_t rc = hostCall([&] { return jsDeregMr(c, mr); });
+  mr->magic = kMagicDead;
+  delete mr;
+  return rc;
+}
+
+tsn_result_t tsn_isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                       void** request) {
+  (void)phandle;
+  Comm* c = handleOf<Comm>(sendComm, kMagicSend);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "isend: %p is not a send comm", sendComm);
+  if (!request) FAIL(TSN_INVALID_ARGUMENT, "isend: request is NULL");
+  Buf b;
+  tsn_result_t rc = resolve(c, "isend", data, size, mhandle, tag, &b);
+  if (rc != TSN_SUCCESS) return rc;
+  Request* r = takeSlot(c);
+  *request = r;
+  if (!r) return TSN_SUCCESS;  // all slots in flight: NCCL tries again later
+  r->op = kOpSend;
+  r->n = 1;
+  r->bufs[0] = b;
+  r->state.store(kPosted, std::memory_order_relaxed);
+  hostPost(r);
+  return TSN_SUCCESS;
+}
+
+tsn_result_t tsn_irecv(void* recvComm, int n, void** data, const size_t* sizes, int* tags, void** mhandles,
+                       void** phandles, void** request) {
+  (void)phandles;
+  if (request) *request = nullptr;  // NCCL may have stored 0x1 there
+  Comm* c = handleOf<Comm>(recvComm, kMagicRecv);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "irecv: %p is not a receive comm", recvComm);
+  if (!request) FAIL(TSN_INVALID_ARGUMENT, "irecv: request is NULL");
+  if (n < 1 || n > TSN_MAX_RECVS) FAIL(TSN_INVALID_ARGUMENT, "irecv: n = %d, expected 1 to %d", n, TSN_MAX_RECVS);
+  if (!data || !sizes || !tags || !mhandles) FAIL(TSN_INVALID_ARGUMENT, "irecv: data, sizes, tags or mhandles is NULL");
+  Buf bufs[TSN_MAX_RECVS];
+  for (int i = 0; i < n; i++) {
+    tsn_result_t rc = resolve(c, "irecv", data[i], sizes[i], mhandles[i], tags[i], &bufs[i]);
+    if (rc != TSN_SUCCESS) return rc;
+  }
+  Request* r = takeSlot(c);
+  *request = r;
+  if (!r) return TSN_SUCCESS;
+  r->op = kOpRecv;
+  r->n = n;
+  memcpy(r->bufs, bufs, sizeof(Buf) * n);
+  r->state.store(kPosted, std::memory_order_relaxed);
+  hostPost(r);
+  return TSN_SUCCESS;
+}
+
+tsn_result_t tsn_iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  if (request) *request = nullptr;
+  Comm* c = handleOf<Comm>(recvComm, kMagicRecv);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "iflush: %p is not a receive comm", recvComm);
+  if (!request) FAIL(TSN_INVALID_ARGUMENT, "iflush: request is NULL");
+  if (n < 1 || n > TSN_MAX_RECVS) FAIL(TSN_INVALID_ARGUMENT, "iflush: n = %d, expected 1 to %d", n, TSN_MAX_RECVS);
+  if (!data || !sizes || !mhandles) FAIL(TSN_INVALID_ARGUMENT, "iflush: data, sizes or mhandles is NULL");
+  Buf bufs[TSN_MAX_RECVS];
+  for (int i = 0; i < n; i++) {
+    if (sizes[i] < 0) FAIL(TSN_INVALID_ARGUMENT, "iflush: sizes[%d] = %d", i, sizes[i]);
+    tsn_result_t rc = resolve(c, "iflush", data[i], static_cast<size_t>(sizes[i]), mhandles[i], 0, &bufs[i]);
+    if (rc != TSN_SUCCESS) return rc;
+  }
+  Request* r = takeSlot(c);
+  *request = r;
+  if (!r) return TSN_SUCCESS;
+  r->op = kOpFlush;
+  r->n = n;
+  memcpy(r->bufs, bufs, sizeof(Buf) * n);
+  r->state.store(kPosted, std::memory_order_relaxed);
+  hostPost(r);
+  return TSN_SUCCESS;
+}
+
+tsn_result_t tsn_test(void* request, int* done, int* sizes) {
+  Request* r = handleOf<Request>(request, kMagicRequest);
+  if (!r) FAIL(TSN_INVALID_ARGUMENT, "test: %p is not a request", request);
+  if (!done) FAIL(TSN_INVALID_ARGUMENT, "test: done is NULL");
+  int s = r->state.load(std::memory_order_acquire);
+  if (s == kPosted) {
+    *done = 0;
+    return TSN_SUCCESS;
+  }
+  if (s == kFree) FAIL(TSN_INTERNAL_ERROR, "test: request %p is not in flight (tested after it completed?)", request);
+  *done = 1;
+  tsn_result_t rc = s == kDone ? TSN_SUCCESS : r->result;
+  if (s == kDone && sizes && r->op != kOpFlush) memcpy(sizes, r->sizes, sizeof(int) * (r->op == kOpRecv ? r->n : 1));
+  r->state.store(kFree, std::memory_order_release);
+  return rc;
+}
+
+static tsn_result_t closeComm(void* comm, uint32_t magic, const char* what) {
+  Comm* c = handleOf<Comm>(comm, magic);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "%s: %p is not a %s comm", what, comm, magic == kMagicSend ? "send" : "receive");
+  // The plugin stops every operation that can still touch this comm's memory first.
+  tsn_result_t rc = hostCall([&] {
+    tsn_result_t r = jsCloseComm(c);
+    commForget(c);
+    return r;
+  });
+  c->magic = kMagicDead;
+  for (Request& r : c->slots) r.magic = kMagicDead;
+  delete c;
+  return rc;
+}
+
+tsn_result_t tsn_close_send(void* sendComm) { return closeComm(sendComm, kMagicSend, "closeSend"); }
+tsn_result_t tsn_close_recv(void* recvComm) { return closeComm(recvComm, kMagicRecv, "closeRecv"); }
+
+tsn_result_t tsn_close_listen(void* listenComm) {
+  ListenComm* l = handleOf<ListenComm>(listenComm, kMagicListen);
+  if (!l) FAIL(TSN_INVALID_ARGUMENT, "closeListen: %p is not a listen comm", listenComm);
+  tsn_result_t rc = hostCall([&] { return jsCloseListen(l->jsId); });
+  l->magic = kMagicDead;
+  delete l;
+  return rc;
+}
+
+tsn_result_t tsn_finalize(void* ctx) {
+  Ctx* c = ctx ? handleOf<Ctx>(ctx, kMagicCtx) : nullptr;
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "finalize: %p is not a context from init", ctx);
+  tsn_result_t rc = hostCall([&] { return jsFinalize(c->jsId); });
+  c->magic = kMagicDead;
+  delete c;
+  return rc;
+}
+
+tsn_result_t tsn_set_net_attr(void* ctx, const tsn_net_attr_t* attr) {
+  Ctx* c = ctxOf(ctx);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: %p is not a context from init", ctx);
+  if (!attr) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: attr is NULL");
+  return hostCall([&] { return jsSetNetAttr(c->jsId, attr); });
+}
+
+}  // extern "C"

@@ -1,0 +1,85 @@
+// Native objects shared by the core (NCCL's threads), the host and the binding (plugin thread).
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "generated/tsnet_abi.h"
+
+namespace tsn {
+
+// Every handle given to NCCL starts with one of these, so a stale or foreign pointer is caught.
+enum Magic : uint32_t {
+  kMagicCtx = 0x7473'6378,     // "tscx"
+  kMagicListen = 0x7473'6c73,  // "tsls"
+  kMagicSend = 0x7473'7364,    // "tssd"
+  kMagicRecv = 0x7473'7276,    // "tsrv"
+  kMagicMr = 0x7473'6d72,      // "tsmr"
+  kMagicRequest = 0x7473'7271, // "tsrq"
+  kMagicDead = 0xdead'beef,
+};
+
+enum SlotState : int { kFree = 0, kPosted = 1, kDone = 2, kFailed = 3 };
+enum OpKind : int { kOpSend = 1, kOpRecv = 2, kOpFlush = 3 };
+
+// Request slots per comm: NCCL keeps up to 32 requests in flight, a sender up to 32 x maxRecvs.
+constexpr int kSlotsPerComm = TSN_MAX_REQUESTS * TSN_MAX_RECVS;
+
+struct Comm;
+
+struct Ctx {
+  uint32_t magic;  // kMagicCtx
+  uint32_t jsId;   // the plugin's context id
+};
+
+struct ListenComm {
+  uint32_t magic;  // kMagicListen
+  uint32_t jsId;   // the plugin's listener id
+};
+
+struct Mr {
+  uint32_t magic;  // kMagicMr
+  uint32_t jsId;   // the plugin's region id
+  char* base;      // first byte NCCL registered
+  size_t size;     // bytes registered
+  Comm* comm;      // comm it was registered on
+  void* jsBuffer;  // napi_ref to the external ArrayBuffer (detached at deregMr)
+};
+
+// One buffer of a posted operation, resolved inside its registered region.
+struct Buf {
+  uint32_t mrId;    // region id, 0 when size is 0 and no region was given
+  uint64_t offset;  // from the region's base
+  uint64_t size;    // bytes to send, or room to receive
+  int tag;          // NCCL's tag (the peer rank)
+};
+
+// A request slot: the pointer NCCL holds between isend/irecv/iflush and the test that ends it.
+struct Request {
+  uint32_t magic;                // kMagicRequest
+  std::atomic<int> state;        // SlotState; done/failed are stored with release order
+  Request* next;                 // link in the post queue
+  Comm* comm;                    // owner
+  uint16_t index;                // position in the owner's pool
+  int op;                        // OpKind
+  int n;                         // buffers in the operation
+  int result;                    // tsn_result_t once failed
+  int sizes[TSN_MAX_RECVS];      // completed sizes
+  Buf bufs[TSN_MAX_RECVS];       // what was posted
+};
+
+struct Comm {
+  uint32_t magic;   // kMagicSend or kMagicRecv
+  uint32_t jsId;    // the plugin's comm id
+  uint32_t cursor;  // where the next free-slot search starts
+  Request slots[kSlotsPerComm];
+};
+
+// Logging through NCCL's logger (or stderr before one is known, only for WARN).
+void setLogger(tsn_logger_t logger);
+void log(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void logMessage(int level, unsigned long flags, const char* msg);
+constexpr int kLogWarn = 2, kLogInfo = 3, kLogTrace = 5;
+constexpr unsigned long kSubsysInit = 1, kSubsysNet = 16;
+
+}  // namespace tsn
