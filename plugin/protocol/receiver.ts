@@ -1,0 +1,192 @@
+// The receive side of a link. MSG frames are matched to posted receives in FIFO order (tags
+// choose the buffer of a multi-receive), then the payload is read straight into the chosen
+// buffer: inline from the control lane, or stripe by stripe from the data lanes in the same
+// order the sender wrote them. A message that does not fit is drained into scratch memory
+// and fails the receive (and, through NACK, the send): no byte lands past a buffer.
+import { ResultCode } from '../abi';
+import { NetError, invalidUsage, remoteError } from '../errors';
+import { log } from '../log';
+import type { Lane, Link } from '../transports/lane';
+import { FLAG_EAGER, FRAME_BYTES, type Frame, FrameType, decodeFrame, encodeFrame } from './frames';
+import { type PostedRecv, type RecvBuffer, assign, fullyAssigned, newPostedRecv } from './matching';
+import { type SchedulePolicy, stripes } from './schedule';
+import type { Complete } from './sender';
+
+export interface RecvBuf extends RecvBuffer {
+  view: Uint8Array;
+}
+
+interface Arrival {
+  recv: PostedRecv<RecvBuf>;
+  left: number; // bytes still to come
+}
+
+/** Bytes a lane must deliver: into view, or (view null) into scratch and dropped. */
+interface Expect {
+  view: Uint8Array | null;
+  left: number;
+  arrival: Arrival;
+}
+
+const SCRATCH_BYTES = 1 << 20;
+
+export class Receiver {
+  private readonly posted: PostedRecv<RecvBuf>[] = [];
+  private nextSeq = 0;
+  private nextLane = 0;
+  private waiting: Frame | undefined; // a header with no receive posted yet
+  private readonly frame = new Uint8Array(FRAME_BYTES);
+  private readonly laneQueues: Expect[][];
+  private readonly laneBusy: boolean[];
+  private scratch: Uint8Array | undefined;
+  private ackSeq = -1;
+  private ackQueued = false;
+  private failed: NetError | undefined;
+
+  constructor(
+    private readonly link: Link,
+    private readonly policy: SchedulePolicy,
+    private readonly complete: Complete,
+    private readonly name: string,
+  ) {
+    this.laneQueues = link.data.map(() => []);
+    this.laneBusy = link.data.map(() => false);
+    link.onFail((err) => this.fail(remoteError(`${name}: ${err.message}`)));
+    this.readFrame();
+  }
+
+  irecv(slot: number, bufs: RecvBuf[]): void {
+    if (this.failed) {
+      this.complete(slot, this.failed.code, bufs.map(() => 0));
+      return;
+    }
+    this.posted.push(newPostedRecv(slot, bufs));
+    if (this.waiting) this.match();
+  }
+
+  close(): void {
+    if (!this.failed) this.link.control.write([encodeFrame({ type: FrameType.CLOSE, flags: 0, tag: 0, seq: -1, size: 0 })], () => {});
+    this.failed ??= remoteError(`${this.name}: closed`);
+    this.posted.length = 0;
+    for (const q of this.laneQueues) q.length = 0;
+    this.link.close();
+  }
+
+  fail(err: NetError): void {
+    if (this.failed) return;
+    this.failed = err;
+    const pending = this.posted.filter((r) => !r.failed);
+    if (pending.length) log.warn(`${err.message}; failing ${pending.length} pending receive(s)`);
+    for (const r of pending) this.complete(r.slot, err.code, r.sizes);
+    this.posted.length = 0;
+    for (const q of this.laneQueues) q.length = 0;
+    this.link.close();
+  }
+
+  get pending(): number {
+    return this.posted.filter((r) => !r.failed).length;
+  }
+
+  private readFrame(): void {
+    this.link.control.read(this.frame, (err) => {
+      if (this.failed) return;
+      if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      const f = decodeFrame(this.frame);
+      if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the sender: ${f}`));
+      if (f.type === FrameType.CLOSE) return this.fail(remoteError(`${this.name}: the sender closed the connection`));
+      if (f.type !== FrameType.MSG)
+        return this.fail(remoteError(`${this.name}: protocol error: unexpected frame type ${f.type} from the sender`));
+      if (f.seq !== this.nextSeq)
+        return this.fail(remoteError(`${this.name}: protocol error: message ${f.seq} arrived, expected ${this.nextSeq}`));
+      this.nextSeq++;
+      this.waiting = f;
+      this.match();
+    });
+  }
+
+  // Gives the waiting header a buffer of the first receive that still has a free one.
+  private match(): void {
+    const f = this.waiting;
+    const recv = f && this.posted.find((r) => !fullyAssigned(r));
+    if (!f || !recv) return; // the next irecv resumes matching
+    this.waiting = undefined;
+    const m = assign(recv, f.tag, f.size);
+    if (!m.ok) {
+      this.sendFrame(FrameType.NACK, f.seq, recv.bufs[m.index].size);
+      this.failRecv(recv, invalidUsage(`${this.name}: ${m.reason}`));
+    }
+    this.queueAck(f.seq);
+    const arrival: Arrival = { recv, left: f.size };
+    const dest = recv.failed ? null : recv.bufs[m.index].view.subarray(0, f.size);
+    if (f.size === 0) {
+      this.arrived(arrival);
+      this.readFrame();
+    } else if (f.flags & FLAG_EAGER) {
+      // Inline payload: read it before the next header.
+      this.readInto(this.link.control, { view: dest, left: f.size, arrival }, () => this.readFrame());
+    } else {
+      const parts = stripes(f.size, this.nextLane, this.policy);
+      this.nextLane = (this.nextLane + parts.length) % this.policy.lanes;
+      for (const s of parts) {
+        this.laneQueues[s.lane].push({ view: dest && dest.subarray(s.offset, s.offset + s.length), left: s.length, arrival });
+        this.pumpLane(s.lane);
+      }
+      this.readFrame();
+    }
+  }
+
+  private pumpLane(i: number): void {
+    const e = this.laneQueues[i][0];
+    if (this.laneBusy[i] || !e) return;
+    this.laneBusy[i] = true;
+    this.readInto(this.link.data[i], e, () => {
+      this.laneBusy[i] = false;
+      this.laneQueues[i].shift();
+      this.pumpLane(i);
+    });
+  }
+
+  // Reads e's bytes from lane (in scratch-sized pieces when they are dropped), then next().
+  private readInto(lane: Lane, e: Expect, next: () => void): void {
+    const piece = e.view ?? (this.scratch ??= new Uint8Array(SCRATCH_BYTES)).subarray(0, Math.min(e.left, SCRATCH_BYTES));
+    lane.read(piece, (err) => {
+      if (this.failed) return;
+      if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      e.left -= piece.length;
+      e.arrival.left -= piece.length;
+      if (e.arrival.left === 0) this.arrived(e.arrival);
+      if (e.left > 0) this.readInto(lane, e, next);
+      else next();
+    });
+  }
+
+  private arrived(a: Arrival): void {
+    const r = a.recv;
+    if (++r.arrived < r.bufs.length) return;
+    this.posted.splice(this.posted.indexOf(r), 1);
+    if (!r.failed) this.complete(r.slot, ResultCode.SUCCESS, r.sizes);
+  }
+
+  private failRecv(r: PostedRecv<RecvBuf>, err: NetError): void {
+    if (r.failed) return;
+    r.failed = true;
+    log.warn(err.message);
+    this.complete(r.slot, err.code, r.sizes);
+  }
+
+  private queueAck(seq: number): void {
+    this.ackSeq = seq;
+    if (this.ackQueued) return;
+    this.ackQueued = true;
+    queueMicrotask(() => {
+      this.ackQueued = false;
+      if (!this.failed) this.sendFrame(FrameType.ACK, this.ackSeq, 0);
+    });
+  }
+
+  private sendFrame(type: FrameType, seq: number, size: number): void {
+    this.link.control.write([encodeFrame({ type, flags: 0, tag: 0, seq, size })], (err) => {
+      if (err && !this.failed) this.fail(remoteError(`${this.name}: ${err.message}`));
+    });
+  }
+}

@@ -1,0 +1,126 @@
+// The send side of a link. isend writes a MSG frame on the control lane, with the payload
+// inline when it is small, else cut into stripes over the data lanes. A request completes
+// when every byte has left its memory and the receiver has matched the message (ACK), so a
+// send that does not fit its receive fails on both sides (NACK).
+import { ResultCode } from '../abi';
+import { NetError, invalidUsage, remoteError } from '../errors';
+import { log } from '../log';
+import type { Link } from '../transports/lane';
+import { FLAG_EAGER, FRAME_BYTES, FrameType, decodeFrame, encodeFrame } from './frames';
+import { type SchedulePolicy, isEager, stripes } from './schedule';
+
+export type Complete = (slot: number, code: ResultCode, sizes: number[]) => void;
+
+interface SendOp {
+  slot: number;
+  seq: number;
+  size: number;
+  tag: number;
+  writes: number; // writes not yet done
+  acked: boolean;
+  code: ResultCode;
+}
+
+export class Sender {
+  private seq = 0;
+  private nextLane = 0;
+  private readonly ops: SendOp[] = []; // in sequence order
+  private failed: NetError | undefined;
+  private readonly frame = new Uint8Array(FRAME_BYTES);
+
+  constructor(
+    private readonly link: Link,
+    private readonly policy: SchedulePolicy,
+    private readonly complete: Complete,
+    private readonly name: string,
+  ) {
+    link.onFail((err) => this.fail(remoteError(`${name}: ${err.message}`)));
+    this.readFrame();
+  }
+
+  isend(slot: number, view: Uint8Array, tag: number): void {
+    if (this.failed) {
+      this.complete(slot, this.failed.code, [0]);
+      return;
+    }
+    const size = view.length;
+    const op: SendOp = { slot, seq: this.seq++, size, tag, writes: 0, acked: false, code: ResultCode.SUCCESS };
+    this.ops.push(op);
+    const eager = isEager(size, this.policy);
+    const header = encodeFrame({ type: FrameType.MSG, flags: eager ? FLAG_EAGER : 0, tag, seq: op.seq, size });
+    const wrote = (err?: Error) => {
+      if (err) return this.fail(remoteError(`${this.name}: write failed: ${err.message}`));
+      op.writes--;
+      this.settle();
+    };
+    op.writes++;
+    this.link.control.write(eager && size > 0 ? [header, view] : [header], wrote);
+    if (!eager) {
+      const parts = stripes(size, this.nextLane, this.policy);
+      this.nextLane = (this.nextLane + parts.length) % this.policy.lanes;
+      for (const s of parts) {
+        op.writes++;
+        this.link.data[s.lane].write([view.subarray(s.offset, s.offset + s.length)], wrote);
+      }
+    }
+  }
+
+  /** Stops every operation; the peer sees CLOSE. Nothing touches NCCL's memory afterwards. */
+  close(): void {
+    if (!this.failed) this.link.control.write([encodeFrame({ type: FrameType.CLOSE, flags: 0, tag: 0, seq: -1, size: 0 })], () => {});
+    this.failed ??= remoteError(`${this.name}: closed`);
+    this.ops.length = 0;
+    this.link.close();
+  }
+
+  /** Fails every pending request and every later one with err. */
+  fail(err: NetError): void {
+    if (this.failed) return;
+    this.failed = err;
+    if (this.ops.length) log.warn(`${err.message}; failing ${this.ops.length} pending send(s)`);
+    for (const op of this.ops.splice(0)) this.complete(op.slot, err.code, [0]);
+    this.link.close();
+  }
+
+  get pending(): number {
+    return this.ops.length;
+  }
+
+  // Completes, in any order, the operations whose bytes are gone and which the peer matched.
+  private settle(): void {
+    for (let i = 0; i < this.ops.length; ) {
+      const op = this.ops[i];
+      if (op.writes === 0 && op.acked) {
+        this.ops.splice(i, 1);
+        this.complete(op.slot, op.code, [op.size]);
+      } else i++;
+    }
+  }
+
+  private readFrame(): void {
+    this.link.control.read(this.frame, (err) => {
+      if (this.failed) return;
+      if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      const f = decodeFrame(this.frame);
+      if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the receiver: ${f}`));
+      if (f.type === FrameType.ACK) {
+        for (const op of this.ops) if (op.seq <= f.seq) op.acked = true;
+        this.settle();
+      } else if (f.type === FrameType.NACK) {
+        const op = this.ops.find((o) => o.seq === f.seq);
+        if (op) {
+          const e = invalidUsage(
+            `${this.name}: isend of ${op.size} bytes (tag ${op.tag}) does not fit the ${f.size}-byte receive posted for it`,
+          );
+          log.warn(e.message);
+          op.code = e.code;
+        }
+      } else if (f.type === FrameType.CLOSE) {
+        return this.fail(remoteError(`${this.name}: the receiver closed the connection`));
+      } else {
+        return this.fail(remoteError(`${this.name}: protocol error: unexpected frame type ${f.type} from the receiver`));
+      }
+      this.readFrame();
+    });
+  }
+}

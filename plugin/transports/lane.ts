@@ -1,0 +1,26 @@
+// What a transport gives the protocol: lanes, ordered byte streams in both directions, each
+// driven like a NIC queue: post a write of memory views, post a read into a memory view,
+// get a completion back. The protocol (plugin/protocol/) runs unchanged over every transport.
+
+export type Done = (err?: Error) => void;
+
+export interface Lane {
+  /** Sends the views' bytes in order after everything written before; done once the memory is free again. */
+  write(views: Uint8Array[], done: Done): void;
+  /** Fills view completely with the next bytes of the stream; reads complete in the order posted. */
+  read(view: Uint8Array, done: Done): void;
+  /** Ends the lane: pending and later operations never touch their memory again. */
+  close(): void;
+}
+
+/** A connection between a send comm and a receive comm: one control lane plus data lanes. */
+export interface Link {
+  readonly control: Lane;
+  readonly data: readonly Lane[];
+  /** Called once when any lane fails or the peer goes away. */
+  onFail(cb: (err: Error) => void): void;
+  /** Closes every lane. */
+  close(): void;
+  /** For logs: what this link connects. */
+  readonly description: string;
+}
