@@ -23,6 +23,7 @@ function main(argv: string[]): number {
   if (check) {
     for (const f of stale) process.stderr.write(`${f}: stale\n`);
     if (stale.length) process.stderr.write('run npm run codegen and commit the result\n');
+    else process.stdout.write('generated files are up to date\n');
     return stale.length ? 1 : 0;
   }
   for (const f of files.filter((x) => stale.includes(x.path))) {

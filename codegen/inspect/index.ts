@@ -8,7 +8,7 @@ import { Reporter } from '../diagnostics';
 import type {
   AbiModel, ConstGroup, FnType, MemberDef, Overload, SlotDef, StructDef, TableDef, TypedefDef,
 } from '../model';
-import { Doc, locOf, parseRange, readDoc, tag } from './tags';
+import { Doc, locOf, parseRange, readDoc, tag, tagLoc } from './tags';
 import { resolveType, TypeScope } from './types';
 
 /** Loads the definition files of a directory (generated files excluded). */
@@ -81,7 +81,7 @@ class Inspector {
 
   private range(doc: Doc, name: string, node: Node, fallback: number[]): number[] {
     const text = tag(doc, name);
-    return text === null ? fallback : parseRange(text, this.versions, locOf(node, this.root), this.rep);
+    return text === null ? fallback : parseRange(text, this.versions, tagLoc(doc, name, node, this.root), this.rep);
   }
 
   private fnType(params: ParameterDeclaration[], ret: Node | undefined, node: Node): FnType {
@@ -119,15 +119,16 @@ class Inspector {
       (v) => (since === null || v >= Number(since)) && (until === null || v <= Number(until)),
     );
     if ((since !== null && !this.versions.includes(Number(since))) || (until !== null && !this.versions.includes(Number(until)))) {
-      this.rep.error(loc, `@since/@until of ${p.getName()} names an unknown version`);
+      this.rep.error(tagLoc(doc, since !== null ? 'since' : 'until', p, this.root), `@since/@until of ${p.getName()} names an unknown version`);
     }
     if (typeNode && Node.isArrayTypeNode(typeNode)) {
       typeNode = typeNode.getElementTypeNode();
       lengths = new Map();
       for (const text of doc.tags.get('length') ?? []) {
         const [n, range] = text.split(/\s+/);
-        for (const v of range ? parseRange(range, this.versions, loc, this.rep) : versions) lengths.set(v, Number(n));
-        if (!(Number(n) > 0)) this.rep.error(loc, `bad @length '${text}'`);
+        const lengthLoc = tagLoc(doc, 'length', p, this.root);
+        for (const v of range ? parseRange(range, this.versions, lengthLoc, this.rep) : versions) lengths.set(v, Number(n));
+        if (!(Number(n) > 0)) this.rep.error(lengthLoc, `bad @length '${text}'`);
       }
     }
     if (!typeNode) this.rep.error(loc, `member ${p.getName()} has no type`);
@@ -185,7 +186,8 @@ class Inspector {
     for (const m of i.getMembers()) {
       const mdoc = readDoc(m);
       const loc = locOf(m, this.root);
-      const absent = (mdoc.tags.get('absent') ?? []).flatMap((r) => parseRange(r, this.versions, loc, this.rep));
+      const absentLoc = tagLoc(mdoc, 'absent', m, this.root);
+      const absent = (mdoc.tags.get('absent') ?? []).flatMap((r) => parseRange(r, this.versions, absentLoc, this.rep));
       if (Node.isPropertySignature(m)) {
         const t = m.getTypeNode();
         const value = tag(mdoc, 'value');

@@ -8,11 +8,14 @@ import * as path from 'path';
 export interface Doc {
   text: string;
   tags: Map<string, string[]>;
+  /** Line of the first occurrence of each tag. */
+  lines: Map<string, number>;
 }
 
 /** Reads the JSDoc blocks directly attached to a node. */
 export function readDoc(node: Node): Doc {
   const tags = new Map<string, string[]>();
+  const lines = new Map<string, number>();
   let text = '';
   const docs = Node.isJSDocable(node) ? node.getJsDocs() : [];
   for (const doc of docs) {
@@ -22,9 +25,10 @@ export function readDoc(node: Node): Doc {
       const list = tags.get(tag.getTagName()) ?? [];
       list.push((tag.getCommentText() ?? '').trim());
       tags.set(tag.getTagName(), list);
+      if (!lines.has(tag.getTagName())) lines.set(tag.getTagName(), tag.getStartLineNumber());
     }
   }
-  return { text, tags };
+  return { text, tags, lines };
 }
 
 /** The single text of a tag, or null when the tag is absent. */
@@ -35,6 +39,11 @@ export function tag(doc: Doc, name: string): string | null {
 /** Location of a node relative to the repository root. */
 export function locOf(node: Node, root: string): Loc {
   return { file: path.relative(root, node.getSourceFile().getFilePath()), line: node.getStartLineNumber() };
+}
+
+/** Location of a tag in a node's JSDoc (the node's own line when the tag is absent). */
+export function tagLoc(doc: Doc, name: string, node: Node, root: string): Loc {
+  return { ...locOf(node, root), line: doc.lines.get(name) ?? node.getStartLineNumber() };
 }
 
 /**
