@@ -3,7 +3,7 @@ import { sameCSignature } from './c';
 import { planAdapter } from './convert';
 import { Reporter } from './diagnostics';
 import { knownScalar } from './layout';
-import { AbiModel, coreOf, CType, MemberDef, SlotDef, StructDef } from './model';
+import { AbiModel, CType, MemberDef, SlotDef, StructDef } from './model';
 
 function checkSlot(model: AbiModel, slot: SlotDef, rep: Reporter): void {
   for (const v of model.versions) {
@@ -52,15 +52,15 @@ function checkStruct(model: AbiModel, s: StructDef, rep: Reporter): void {
     if (m.countedBy && !s.members.some((c) => c.name === m.countedBy && c.type.kind === 'scalar')) {
       rep.error(m.loc, `@countedBy '${m.countedBy}' is not a scalar member of ${s.name}`);
     }
-    if (m.type.kind === 'struct') {
-      const inner = model.structs.find((x) => x.name === (m.type as { name: string }).name);
-      const missing = m.versions.filter((v) => !inner?.versions.includes(v));
-      if (missing.length) rep.error(m.loc, `member '${m.name}' exists in v${missing.join(', v')} where ${inner?.name} does not`);
-      if (inner?.versioned && !s.versioned) rep.error(m.loc, `${s.name} holds versioned ${inner.name}: give it per-version members`);
+    const t = m.type;
+    const inner = t.kind === 'struct' ? model.structs.find((x) => x.name === t.name) ?? null : null;
+    if (inner) {
+      const missing = m.versions.filter((v) => !inner.versions.includes(v));
+      if (missing.length) rep.error(m.loc, `member '${m.name}' exists in v${missing.join(', v')} where ${inner.name} does not`);
+      if (inner.versioned && !s.versioned) rep.error(m.loc, `${s.name} holds versioned ${inner.name}: give it per-version members`);
     }
     if (s.fields) {
-      const kind = m.type.kind === 'scalar' ? m.type.field
-        : m.type.kind === 'struct' ? model.structs.find((x) => x.name === (m.type as { name: string }).name)?.field ?? null : null;
+      const kind = t.kind === 'scalar' ? t.field : inner?.field ?? null;
       if (kind === null || !kinds.includes(kind)) {
         rep.error(m.loc, `member '${m.name}' of @fields struct ${s.name} needs a @field kind that FieldKind defines`);
       }

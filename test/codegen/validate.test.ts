@@ -39,6 +39,13 @@ describe('validator', () => {
       `${at('slots', 'regMrDmaBuf(fd: I32)')}: slot 'regMrDmaBuf' is @unimplemented but has a @core overload`,
     ].sort());
   });
+  it('reports struct mistakes with file:line', () => {
+    const model = inspectAbi(path.join(ROOT, FIXTURES, 'structs'), ROOT);
+    expect(problems(() => validate(model))).toEqual([
+      `${at('structs', 'latency: F32;')}: member 'latency' of @fields struct Props needs a @field kind that FieldKind defines`,
+      `${at('structs', 'devs: I32[];')}: array 'devs' has no @length for v7`,
+    ]);
+  });
   it('passes the real definitions', () => {
     expect(problems(() => validate(inspectAbi(path.join(ROOT, 'plugin/abi'), ROOT)))).toEqual([]);
   });
