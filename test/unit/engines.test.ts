@@ -120,7 +120,7 @@ describe('data of every size, eager and striped', () => {
 });
 
 describe('many requests in flight', () => {
-  for (const env of [{ TSNET_NSOCKS: '0' }, { TSNET_NSOCKS: '4', TSNET_MIN_STRIPE: '4096' }]) {
+  for (const env of [{ TSNET_NSOCKS: '0' }, { TSNET_NSOCKS: '4', TSNET_MIN_STRIPE: '4096' }] as Record<string, string>[]) {
     it(`32 sends and 32 receives in flight at once, ${JSON.stringify(env)}`, async () => {
       const p = pair(env);
       const sizes = Array.from({ length: 32 }, (_, k) => [0, 1, 1000, 16 * KiB + 1, 100 * KiB, 300 * KiB + 7][k % 6] + k);
@@ -157,7 +157,7 @@ describe('many requests in flight', () => {
 describe('multi-receive', () => {
   const TAGS = [0, 1, 2, 3, 4, 5, 6, 7];
   const SIZE_OF = (tag: number) => [0, 5, 16 * KiB, 16 * KiB + 1, 200 * KiB + 3, 4096, MiB + 1, 77][tag];
-  for (const env of [{ TSNET_NSOCKS: '4' }, { TSNET_NSOCKS: '0' }, { TSNET_NSOCKS: '2', TSNET_MIN_STRIPE: '4096' }]) {
+  for (const env of [{ TSNET_NSOCKS: '4' }, { TSNET_NSOCKS: '0' }, { TSNET_NSOCKS: '2', TSNET_MIN_STRIPE: '4096' }] as Record<string, string>[]) {
     it(`n=8, tags sent out of order, ${JSON.stringify(env)}`, async () => {
       const p = pair(env);
       const order = [5, 2, 7, 0, 3, 1, 6, 4];

@@ -89,8 +89,13 @@ function countLane(lane: Lane): Counted {
   return c;
 }
 
-/** A link whose lanes count the bytes written through them. */
-export function countingLink(link: Link): Link & { control: Counted; data: Counted[] } {
+/** A Link whose lanes count the bytes written through them. */
+export interface CountingLink extends Link {
+  readonly control: Counted;
+  readonly data: readonly Counted[];
+}
+
+export function countingLink(link: Link): CountingLink {
   return {
     control: countLane(link.control),
     data: link.data.map(countLane),
@@ -106,7 +111,7 @@ export interface Pair {
   sender: Sender;
   receiver: Receiver;
   /** The sender's link, counting bytes per lane. */
-  sendLink: Link & { control: Counted; data: Counted[] };
+  sendLink: CountingLink;
   recvLink: Link;
   sent: Completion[];
   received: Completion[];
@@ -115,7 +120,7 @@ export interface Pair {
 }
 
 /** A Sender and a Receiver over one loopback link, configured by env (TSNET_TRANSPORT=loopback implied). */
-export function pair(env: Record<string, string> = {}): Pair {
+export function pair(env: Record<string, string | undefined> = {}): Pair {
   const { config } = readConfig({ TSNET_TRANSPORT: 'loopback', ...env });
   const transport = new LoopbackTransport(config);
   const listener = transport.listen(0);
