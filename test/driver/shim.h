@@ -1,0 +1,81 @@
+// The per-version shim: one uniform set of calls that reach any version's table (v6..v12)
+// with that version's argument types, the way NCCL's own per-version adapters do.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsnet_abi.h"
+
+#define SHIM_MIN_VERSION 6
+#define SHIM_MAX_VERSION 12
+
+// One loaded library and the table of one version.
+typedef struct Net {
+  int version;        // 6..12
+  void* lib;          // dlopen handle
+  const void* table;  // tsn_net_vN_t*
+  const char* name;   // table->name
+} Net;
+
+// Loads `path` (RTLD_NOW|RTLD_LOCAL) and looks up ncclNetPlugin_v<version>.
+// Returns 0 on success; on failure writes a reason into err.
+int shim_open(Net* n, const char* path, int version, char* err, size_t errlen);
+// dlclose (the library is -z nodelete, so its state survives, as under NCCL).
+void shim_close(Net* n);
+
+// sizeof(tsn_props_vN_t) and sizeof(tsn_net_vN_t) of the version.
+size_t shim_props_size(int version);
+size_t shim_table_size(int version);
+// Whether the version has a member / slot.
+static inline int shim_has_ctx(int v) { return v >= 11; }
+static inline int shim_has_devcomm(int v) { return v >= 7; }
+
+// The slots, by name, as generic function pointers (NULL when absent in this version).
+typedef void (*shim_fn_t)(void);
+typedef struct ShimSlots {
+  shim_fn_t init;
+  shim_fn_t devices;
+  shim_fn_t getProperties;
+  shim_fn_t listen;
+  shim_fn_t connect;
+  shim_fn_t accept;
+  shim_fn_t regMr;
+  shim_fn_t regMrDmaBuf;
+  shim_fn_t deregMr;
+  shim_fn_t isend;
+  shim_fn_t irecv;
+  shim_fn_t iflush;
+  shim_fn_t test;
+  shim_fn_t closeSend;
+  shim_fn_t closeRecv;
+  shim_fn_t closeListen;
+  shim_fn_t getDeviceMr;    // v7+
+  shim_fn_t irecvConsumed;  // v7+
+  shim_fn_t makeVDevice;    // v9+
+  shim_fn_t finalize;       // v11+
+  shim_fn_t setNetAttr;     // v11+
+} ShimSlots;
+void shim_slots(const Net* n, ShimSlots* s);
+
+// Calls. ctx is ignored (and *ctx set to NULL) below v11.
+tsn_result_t shim_init(const Net* n, void** ctx, uint64_t commId, tsn_logger_t logger);
+tsn_result_t shim_devices(const Net* n, int* ndev);
+// Fills the version's props struct at `raw` (shim_props_size bytes) ...
+tsn_result_t shim_get_properties_raw(const Net* n, int dev, void* raw);
+// ... and converts such a struct into the neutral one (absent members: 0, or -1 for railId/planeId).
+void shim_props_to_neutral(int version, const void* raw, tsn_props_t* out);
+tsn_result_t shim_listen(const Net* n, void* ctx, int dev, void* handle, void** listenComm);
+tsn_result_t shim_connect(const Net* n, void* ctx, int dev, void* handle, void** sendComm);
+tsn_result_t shim_accept(const Net* n, void* listenComm, void** recvComm);
+// size must fit in an int below v8 (the shim refuses, returning -1, rather than truncate).
+tsn_result_t shim_reg_mr(const Net* n, void* comm, void* data, size_t size, int type, void** mhandle);
+tsn_result_t shim_dereg_mr(const Net* n, void* comm, void* mhandle);
+tsn_result_t shim_isend(const Net* n, void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
+tsn_result_t shim_irecv(const Net* n, void* recvComm, int n_, void** data, const size_t* sizes, int* tags,
+                        void** mhandles, void** request);
+tsn_result_t shim_test(const Net* n, void* request, int* done, int* sizes);
+tsn_result_t shim_close_send(const Net* n, void* sendComm);
+tsn_result_t shim_close_recv(const Net* n, void* recvComm);
+tsn_result_t shim_close_listen(const Net* n, void* listenComm);
+// v11+ only; returns 0 below.
+tsn_result_t shim_finalize(const Net* n, void* ctx);
