@@ -60,18 +60,19 @@ export function planAdapter(model: AbiModel, o: Overload, version: number, core:
       plan.args.push(`(size_t)${p.name}`);
     } else if (count && vp.type.kind === 'ptr' && p.type.kind === 'ptr' && isScalar(vp.type.to, 'int') && isScalar(p.type.to, 'size_t')) {
       const max = constMacro(model, count.max);
-      const invalid = constMacro(model, 'INVALID_ARGUMENT');
-      if (!max || !invalid) {
-        errors.push({ loc: core.loc, message: `@count ${p.name}: unknown constant '${count.max}' or no INVALID_ARGUMENT result` });
+      if (!max) {
+        errors.push({ loc: core.loc, message: `@count ${p.name}: unknown constant '${count.max}'` });
         continue;
       }
       const wide = `${p.name}_wide`;
+      // A count out of range passes through with no array: the core rejects it with a WARN.
+      const fits = `${p.name}_fits`;
       plan.prelude.push(
         `size_t ${wide}[${max}];`,
-        `if (${count.by} < 0 || ${count.by} > ${max}) return ${invalid};`,
-        `if (${p.name} != NULL) for (int i = 0; i < ${count.by}; i++) ${wide}[i] = (size_t)${p.name}[i];`,
+        `const int ${fits} = ${p.name} != NULL && ${count.by} >= 0 && ${count.by} <= ${max};`,
+        `if (${fits}) for (int i = 0; i < ${count.by}; i++) ${wide}[i] = (size_t)${p.name}[i];`,
       );
-      plan.args.push(`${p.name} != NULL ? ${wide} : NULL`);
+      plan.args.push(`${fits} ? ${wide} : NULL`);
     } else if (vp.type.kind === 'ptr' && p.type.kind === 'ptr' && !p.type.constTo && vp.type.to.kind === 'struct' &&
       p.type.to.kind === 'struct' && vp.type.to.name === p.type.to.name && structNamed(model, p.type.to.name).versioned) {
       const all = `${p.name}_all`;

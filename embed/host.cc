@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <node.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <condition_variable>
@@ -38,6 +39,7 @@ struct Host {
   std::deque<ControlCall*> control;
   std::atomic<Request*> posted{nullptr};
   uv_async_s* wake = nullptr;
+  pid_t pid = 0;  // the process the plugin thread runs in
 };
 Host& host() {
   static Host* h = new Host();
@@ -169,11 +171,19 @@ void plugin_main(std::string entry) {
   platform.release();
 }
 
+// A child forked after the plugin started inherits its state but not its thread.
+bool forkedChild(Host& h) {
+  if (h.pid == 0 || h.pid == getpid()) return false;
+  log(kLogWarn, "the plugin was started in process %d; this forked child (%d) cannot use it", int(h.pid), int(getpid()));
+  return true;
+}
+
 }  // namespace
 
 tsn_result_t hostStart() {
   Host& h = host();
   std::unique_lock<std::mutex> lk(h.mu);
+  if (forkedChild(h)) return TSN_INTERNAL_ERROR;
   if (h.state == State::kIdle) {
     std::string tried;
     std::string entry = findEntry(&tried);
@@ -183,6 +193,7 @@ tsn_result_t hostStart() {
               "; set TSNET_JS_ENTRY)";
     } else {
       h.state = State::kStarting;
+      h.pid = getpid();
       log(kLogInfo, "starting the plugin thread with %s", entry.c_str());
       std::thread(plugin_main, entry).detach();
     }
@@ -197,6 +208,7 @@ tsn_result_t hostCall(const std::function<tsn_result_t()>& fn) {
   Host& h = host();
   ControlCall call{&fn, TSN_SUCCESS, false};
   std::unique_lock<std::mutex> lk(h.mu);
+  if (forkedChild(h)) return TSN_INTERNAL_ERROR;
   if (h.state != State::kRunning) {
     log(kLogWarn, "the plugin is not running: %s", h.why.empty() ? "init was not called" : h.why.c_str());
     return TSN_INTERNAL_ERROR;

@@ -91,6 +91,7 @@ export function readConfig(env: Env = process.env): { config: Config; lines: str
 
   const sSrc = pick(env, ['TSNET_MIN_STRIPE']);
   const minStripe = sSrc ? int(sSrc, 4 * KiB, 64 * MiB) : 128 * KiB;
+  if (minStripe % (4 * KiB)) throw invalidArgument(`${sSrc!.name}=${sSrc!.value}: expected a multiple of 4096`);
   note('min stripe bytes', minStripe, sSrc);
 
   const iSrc = pick(env, ['NCCL_SOCKET_IFNAME']);

@@ -26,7 +26,7 @@ export function resultOf(e: unknown): { code: ResultCode; message: string } {
   if (e instanceof NetError) return { code: e.code, message: e.message };
   if (e instanceof Error) {
     const sys = (e as NodeJS.ErrnoException).code;
-    if (typeof sys === 'string' && /^E[A-Z]+$/.test(sys)) return { code: ResultCode.SYSTEM_ERROR, message: e.message };
+    if (typeof sys === 'string' && /^E(?!RR_)[A-Z0-9_]+$/.test(sys)) return { code: ResultCode.SYSTEM_ERROR, message: e.message };
     return { code: ResultCode.INTERNAL_ERROR, message: e.stack ?? e.message };
   }
   return { code: ResultCode.INTERNAL_ERROR, message: String(e) };

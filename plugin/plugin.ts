@@ -54,7 +54,7 @@ export class Plugin {
   /** Runs a control call; every failure becomes { result } with a WARN naming it. */
   control(op: string, args: Args): Answer {
     try {
-      const fn = this.ops[op];
+      const fn = Object.hasOwn(this.ops, op) ? this.ops[op] : undefined;
       if (!fn) throw internalError(`unknown control call ${op}`);
       return fn(args);
     } catch (e) {

@@ -77,9 +77,9 @@ static tsn_result_t tsn_v6_isend(void* sendComm, void* data, int size, int tag, 
 
 static tsn_result_t tsn_v6_irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
   size_t sizes_wide[TSN_MAX_RECVS];
-  if (n < 0 || n > TSN_MAX_RECVS) return TSN_INVALID_ARGUMENT;
-  if (sizes != NULL) for (int i = 0; i < n; i++) sizes_wide[i] = (size_t)sizes[i];
-  return tsn_irecv(recvComm, n, data, sizes != NULL ? sizes_wide : NULL, tags, mhandles, NULL, request);
+  const int sizes_fits = sizes != NULL && n >= 0 && n <= TSN_MAX_RECVS;
+  if (sizes_fits) for (int i = 0; i < n; i++) sizes_wide[i] = (size_t)sizes[i];
+  return tsn_irecv(recvComm, n, data, sizes_fits ? sizes_wide : NULL, tags, mhandles, NULL, request);
 }
 
 __attribute__((visibility("default"))) const tsn_net_v6_t ncclNetPlugin_v6 = {
@@ -149,9 +149,9 @@ static tsn_result_t tsn_v7_isend(void* sendComm, void* data, int size, int tag, 
 
 static tsn_result_t tsn_v7_irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
   size_t sizes_wide[TSN_MAX_RECVS];
-  if (n < 0 || n > TSN_MAX_RECVS) return TSN_INVALID_ARGUMENT;
-  if (sizes != NULL) for (int i = 0; i < n; i++) sizes_wide[i] = (size_t)sizes[i];
-  return tsn_irecv(recvComm, n, data, sizes != NULL ? sizes_wide : NULL, tags, mhandles, NULL, request);
+  const int sizes_fits = sizes != NULL && n >= 0 && n <= TSN_MAX_RECVS;
+  if (sizes_fits) for (int i = 0; i < n; i++) sizes_wide[i] = (size_t)sizes[i];
+  return tsn_irecv(recvComm, n, data, sizes_fits ? sizes_wide : NULL, tags, mhandles, NULL, request);
 }
 
 __attribute__((visibility("default"))) const tsn_net_v7_t ncclNetPlugin_v7 = {
@@ -220,9 +220,9 @@ static tsn_result_t tsn_v8_isend(void* sendComm, void* data, int size, int tag, 
 
 static tsn_result_t tsn_v8_irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
   size_t sizes_wide[TSN_MAX_RECVS];
-  if (n < 0 || n > TSN_MAX_RECVS) return TSN_INVALID_ARGUMENT;
-  if (sizes != NULL) for (int i = 0; i < n; i++) sizes_wide[i] = (size_t)sizes[i];
-  return tsn_irecv(recvComm, n, data, sizes != NULL ? sizes_wide : NULL, tags, mhandles, NULL, request);
+  const int sizes_fits = sizes != NULL && n >= 0 && n <= TSN_MAX_RECVS;
+  if (sizes_fits) for (int i = 0; i < n; i++) sizes_wide[i] = (size_t)sizes[i];
+  return tsn_irecv(recvComm, n, data, sizes_fits ? sizes_wide : NULL, tags, mhandles, NULL, request);
 }
 
 __attribute__((visibility("default"))) const tsn_net_v8_t ncclNetPlugin_v8 = {

@@ -35,6 +35,7 @@ export function encodeFrame(f: Frame, out: Uint8Array = new Uint8Array(FRAME_BYT
 
 /** The frame in buf, or a string saying what is wrong with it. */
 export function decodeFrame(buf: Uint8Array): Frame | string {
+  if (buf.length < FRAME_BYTES) return `a frame of ${buf.length} bytes, expected ${FRAME_BYTES}`;
   const dv = new DataView(buf.buffer, buf.byteOffset, FRAME_BYTES);
   const type = dv.getUint8(0);
   const f: Frame = {

@@ -15,8 +15,10 @@ export interface PostedRecv<B extends RecvBuffer = RecvBuffer> {
   arrived: number;
   /** Sizes to report, one per buffer. */
   sizes: number[];
-  /** Set once the receive failed: it is reported and absorbs its remaining messages. */
+  /** Set once the receive failed: it absorbs its remaining messages, then is reported. */
   failed: boolean;
+  /** The result code it is reported with once failed. */
+  code: number;
 }
 
 export type MatchResult =
@@ -24,7 +26,7 @@ export type MatchResult =
   | { ok: false; index: number; reason: string };
 
 export function newPostedRecv<B extends RecvBuffer>(slot: number, bufs: B[]): PostedRecv<B> {
-  return { slot, bufs, assigned: bufs.map(() => false), arrived: 0, sizes: bufs.map(() => 0), failed: false };
+  return { slot, bufs, assigned: bufs.map(() => false), arrived: 0, sizes: bufs.map(() => 0), failed: false, code: 0 };
 }
 
 /**

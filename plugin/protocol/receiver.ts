@@ -75,16 +75,15 @@ export class Receiver {
   fail(err: NetError): void {
     if (this.failed) return;
     this.failed = err;
-    const pending = this.posted.filter((r) => !r.failed);
-    if (pending.length) log.warn(`${err.message}; failing ${pending.length} pending receive(s)`);
-    for (const r of pending) this.complete(r.slot, err.code, r.sizes);
+    if (this.posted.length) log.warn(`${err.message}; failing ${this.posted.length} pending receive(s)`);
+    for (const r of this.posted) this.complete(r.slot, r.failed ? r.code : err.code, r.sizes);
     this.posted.length = 0;
     for (const q of this.laneQueues) q.length = 0;
     this.link.close();
   }
 
   get pending(): number {
-    return this.posted.filter((r) => !r.failed).length;
+    return this.posted.length;
   }
 
   private readFrame(): void {
@@ -164,14 +163,18 @@ export class Receiver {
     const r = a.recv;
     if (++r.arrived < r.bufs.length) return;
     this.posted.splice(this.posted.indexOf(r), 1);
-    if (!r.failed) this.complete(r.slot, ResultCode.SUCCESS, r.sizes);
+    this.complete(r.slot, r.failed ? r.code : ResultCode.SUCCESS, r.sizes);
   }
 
   private failRecv(r: PostedRecv<RecvBuf>, err: NetError): void {
     if (r.failed) return;
     r.failed = true;
+    r.code = err.code;
     log.warn(err.message);
-    this.complete(r.slot, err.code, r.sizes);
+    // Bytes not yet on their way into its buffers are dropped; the receive is reported once
+    // every message it took has been consumed, so nothing lands after NCCL got it back.
+    for (let i = 0; i < this.laneQueues.length; i++)
+      for (const e of this.laneQueues[i]) if (e.arrival.recv === r && !(this.laneBusy[i] && e === this.laneQueues[i][0])) e.view = null;
   }
 
   private queueAck(seq: number): void {

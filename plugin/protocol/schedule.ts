@@ -27,7 +27,7 @@ export function isEager(size: number, p: SchedulePolicy): boolean {
  */
 export function stripes(size: number, first: number, p: SchedulePolicy): Stripe[] {
   const align = 4096;
-  let length = Math.max(p.minStripe, Math.ceil(size / p.lanes / align) * align);
+  const length = Math.ceil(Math.max(p.minStripe, size / p.lanes) / align) * align;
   const out: Stripe[] = [];
   for (let offset = 0, i = 0; offset < size; offset += length, i++) {
     out.push({ lane: (first + i) % p.lanes, offset, length: Math.min(length, size - offset) });
