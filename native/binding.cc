@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "../embed/host.h"
+#include "io.h"
 
 namespace tsn {
 namespace {
@@ -191,6 +192,7 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("loadFailed", Napi::Function::New(e, LoadFailed, "loadFailed"));
   o.Set("complete", Napi::Function::New(e, Complete, "complete"));
   o.Set("log", Napi::Function::New(e, Log, "log"));
+  ioRegister(env, exports);
   return exports;
 }
 
