@@ -20,6 +20,8 @@ export interface Config {
   socketIfname: string | undefined;
   /** Address family to use: 4, 6 or undefined for either. */
   socketFamily: 4 | 6 | undefined;
+  /** Interfaces joined into one device: `a+b,c` (TSNET_DEVICE_GROUPS). */
+  deviceGroups: string | undefined;
   /** Seconds without progress on a link with work pending before it is declared dead. */
   timeoutSec: number;
 }
@@ -107,6 +109,9 @@ export function readConfig(env: Env = process.env): { config: Config; lines: str
     note('address family', f, fSrc);
   }
 
+  const gSrc = pick(env, ['TSNET_DEVICE_GROUPS']);
+  if (gSrc) note('device groups', gSrc.value, gSrc);
+
   const toSrc = pick(env, ['TSNET_TIMEOUT_SEC']);
   const timeoutSec = toSrc ? int(toSrc, 1, 3600) : 10;
   note('link timeout seconds', timeoutSec, toSrc);
@@ -120,6 +125,7 @@ export function readConfig(env: Env = process.env): { config: Config; lines: str
       minStripe,
       socketIfname: iSrc?.value,
       socketFamily,
+      deviceGroups: gSrc?.value,
       timeoutSec,
     },
     lines,

@@ -11,6 +11,7 @@ import { propertiesOf } from './properties';
 import { Receiver, type RecvBuf } from './protocol/receiver';
 import { type Complete, Sender } from './protocol/sender';
 import { LoopbackTransport } from './transports/loopback';
+import { TcpTransport } from './transports/tcp';
 import type { Connector, Listener, Transport } from './transports/transport';
 
 export type CompleteFn = (comm: number, slot: number, result: number, sizes: number[]) => void;
@@ -197,7 +198,7 @@ export class Plugin {
       }
       if (!link) return { comm: 0 };
       this.connecting.delete(key);
-      const comm = this.newComm(a.ctx as number, (name, done) => new Sender(link, t.policy, done, name));
+      const comm = this.newComm(a.ctx as number, (name, done) => new Sender(link, link.policy ?? t.policy, done, name));
       log.info(`comm ${comm}: connected ${link.description}`);
       return { comm };
     },
@@ -207,7 +208,7 @@ export class Plugin {
       const l = this.need(this.listeners, a.listen, 'listen comm');
       const link = l.listener.accept();
       if (!link) return { comm: 0 };
-      const comm = this.newComm(l.ctx, (name, done) => new Receiver(link, t.policy, done, name));
+      const comm = this.newComm(l.ctx, (name, done) => new Receiver(link, link.policy ?? t.policy, done, name));
       log.info(`comm ${comm}: accepted ${link.description}`);
       return { comm };
     },
@@ -272,6 +273,5 @@ export class Plugin {
 }
 
 function defaultTransport(config: Config): Transport {
-  if (config.transport === 'loopback') return new LoopbackTransport(config);
-  throw invalidArgument(`TSNET_TRANSPORT=${config.transport}: this transport is not available yet`);
+  return config.transport === 'loopback' ? new LoopbackTransport(config) : new TcpTransport(config);
 }

@@ -1,6 +1,7 @@
 // What a transport gives the protocol: lanes, ordered byte streams in both directions, each
 // driven like a NIC queue: post a write of memory views, post a read into a memory view,
 // get a completion back. The protocol (plugin/protocol/) runs unchanged over every transport.
+import type { SchedulePolicy } from '../protocol/schedule';
 
 export type Done = (err?: Error) => void;
 
@@ -23,4 +24,6 @@ export interface Link {
   close(): void;
   /** For logs: what this link connects. */
   readonly description: string;
+  /** The schedule both ends agreed on (the sender's); the transport's when absent. */
+  readonly policy?: SchedulePolicy;
 }

@@ -186,11 +186,11 @@ export class LoopbackTransport implements Transport {
 
   connect(dev: number, handle: Uint8Array): Connector {
     const dv = new DataView(handle.buffer, handle.byteOffset, handle.length);
-    if (dv.getUint32(0, true) !== HANDLE_MAGIC) throw invalidArgument('connect: the handle is not a tsnet loopback handle');
+    if (dv.getUint32(0, true) !== HANDLE_MAGIC) throw invalidArgument('the handle is not a tsnet loopback handle');
     const pid = dv.getUint32(4, true);
-    if (pid !== process.pid) throw invalidArgument(`connect: the loopback handle comes from another process (pid ${pid})`);
+    if (pid !== process.pid) throw invalidArgument(`the loopback handle comes from another process (pid ${pid})`);
     const l = listeners.get(dv.getUint32(8, true));
-    if (!l || l.nonce !== dv.getUint32(12, true)) throw invalidArgument('connect: no loopback listener matches the handle (closed?)');
+    if (!l || l.nonce !== dv.getUint32(12, true)) throw invalidArgument('no loopback listener matches the handle (closed?)');
     const pipes = Array.from({ length: 1 + this.policy.lanes }, () => [new Pipe(), new Pipe()] as [Pipe, Pipe]);
     const what = `loopback dev ${dev} -> listener ${l.id}`;
     const mine = new LoopLink(pipes, what);
