@@ -2,22 +2,31 @@
 // exported version's table (v6..v12), printing one TAP-like line per check.
 //
 //   driver <scenario|all> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] [--verbose]
+//          [--role send|recv --rendezvous DIR]
 //
-// Pair scenarios (transfer, inflight, grouped, marker) are written as a sender role and a
-// receiver role, each a non-blocking step function, joined by a small message channel (a
-// pipe). With --procs 1 both roles live in one process and their steps are interleaved;
-// with --procs 2 the driver forks: the parent is the receiver (listen, accept), the child
-// the sender (connect); each loads the library itself. The other scenarios (tables,
-// badinput, lifecycle) run in one process.
+// Pair scenarios (transfer, inflight, grouped, marker, bulk; badinput's oversize send with
+// --procs 2) are written as a sender role and a receiver role, each a non-blocking step
+// function, joined by a small message channel (a pipe). With --procs 1 both roles live in
+// one process and their steps are interleaved; with --procs 2 the driver forks a receiver
+// process (listen, accept) and a sender process (connect); each loads the library itself.
+// With --role one invocation runs one role only and the channel is a set of files in a
+// directory both can see (two network namespaces, two hosts with a shared folder).
+// killpeer and stranger manage their own processes and sockets; tables, badinput and
+// lifecycle otherwise run in one process.
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,9 +147,76 @@ typedef struct Msg {
 
 typedef struct Chan {
   int rfd, wfd;
+  // File mode (--role): each message is a file in `dir` named after `key`; the peer polls.
+  const char* dir;
+  char key[64];
+  int sender;
+  int got;  // file mode: bit per message already delivered
+  double next_poll;
 } Chan;
 
+static void chan_path(const Chan* c, char* out, size_t len, const char* what) {
+  snprintf(out, len, "%s/%s.%s", c->dir, c->key, what);
+}
+
+static const char* msg_file(int kind, int sender, char* buf, size_t len) {
+  if (kind == MSG_HANDLE) return "handle";
+  snprintf(buf, len, "%s-%s", sender ? "send" : "recv", kind == MSG_DONE ? "done" : "abort");
+  return buf;
+}
+
+// Written under a temporary name, then renamed: the peer sees a whole file or none.
+static void file_put(Chan* c, int kind, const void* data, int len) {
+  char what[32], path[600], tmp[620];
+  chan_path(c, path, sizeof path, msg_file(kind, c->sender, what, sizeof what));
+  snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t w = data && len > 0 ? write(fd, data, (size_t)len) : 0;
+  (void)w;
+  close(fd);
+  if (rename(tmp, path)) unlink(tmp);
+}
+
+static int file_get(Chan* c, Msg* m) {
+  double t = now_s();
+  if (t < c->next_poll) return 0;
+  c->next_poll = t + 0.002;
+  char what[32], path[600];
+  memset(m, 0, sizeof *m);
+  if (c->sender && !(c->got & 1)) {
+    chan_path(c, path, sizeof path, "handle");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t k = read(fd, m->data, TSN_HANDLE_SIZE);
+      close(fd);
+      if (k == TSN_HANDLE_SIZE) {
+        c->got |= 1;
+        m->kind = MSG_HANDLE;
+        m->len = TSN_HANDLE_SIZE;
+        return 1;
+      }
+    }
+  }
+  static const int kinds[] = {MSG_DONE, MSG_ABORT};
+  for (int i = 0; i < 2; i++) {
+    int bit = 2 << i;
+    if (c->got & bit) continue;
+    chan_path(c, path, sizeof path, msg_file(kinds[i], !c->sender, what, sizeof what));
+    if (access(path, F_OK) == 0) {
+      c->got |= bit;
+      m->kind = kinds[i];
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void chan_put(Chan* c, int kind, const void* data, int len) {
+  if (c->dir) {
+    file_put(c, kind, data, len);
+    return;
+  }
   Msg m;
   memset(&m, 0, sizeof m);
   m.kind = kind;
@@ -153,6 +229,7 @@ static void chan_put(Chan* c, int kind, const void* data, int len) {
 
 // 1: a message; 0: none yet; -1: the peer closed its end.
 static int chan_get(Chan* c, Msg* m) {
+  if (c->dir) return file_get(c, m);
   ssize_t r = read(c->rfd, m, sizeof *m);
   if (r == (ssize_t)sizeof *m) return 1;
   if (r == 0) return -1;
@@ -162,6 +239,8 @@ static int chan_get(Chan* c, Msg* m) {
 // Two pipes: a carries sender -> receiver, b receiver -> sender.
 static int chan_pair(Chan* snd, Chan* rcv) {
   int a[2], b[2];
+  memset(snd, 0, sizeof *snd);
+  memset(rcv, 0, sizeof *rcv);
   if (pipe(a) || pipe(b)) return -1;
   fcntl(a[0], F_SETFL, O_NONBLOCK);
   fcntl(b[0], F_SETFL, O_NONBLOCK);
@@ -211,6 +290,7 @@ struct Role {
   int have_handle;
   uint8_t handle[TSN_HANDLE_SIZE];
   int peer_done, peer_gone, aborted;
+  int broken;  // the scenario breaks the pair on purpose: deregMr/close codes are informative
   void* mr[ROLE_MAX_MR];
   int nmr;
   void* buf[ROLE_MAX_BUF];
@@ -333,11 +413,12 @@ static int role_step(Role* r, const char* scenario) {
     if (!r->aborted)
       for (int i = 0; i < r->nmr; i++) {
         tsn_result_t rc = shim_dereg_mr(r->net, r->comm, r->mr[i]);
-        check(rc == TSN_SUCCESS, "deregMr (rc %d)", rc);
+        if (r->broken) note("deregMr on the broken comm returned %d", rc);
+        else check(rc == TSN_SUCCESS, "deregMr (rc %d)", rc);
       }
     if (r->comm) {
       tsn_result_t rc = r->sender ? shim_close_send(r->net, r->comm) : shim_close_recv(r->net, r->comm);
-      check(r->aborted || rc == TSN_SUCCESS, "%s (rc %d)", r->sender ? "closeSend" : "closeRecv", rc);
+      check(r->aborted || r->broken || rc == TSN_SUCCESS, "%s (rc %d)", r->sender ? "closeSend" : "closeRecv", rc);
     }
     if (r->lc) {
       tsn_result_t rc = shim_close_listen(r->net, r->lc);
@@ -402,12 +483,19 @@ static tsn_result_t wait_req(const Net* n, void* req, int* sizes, double timeout
 // ---------------------------------------------------------------- transfer / marker
 
 static const size_t k_transfer_sizes[] = {0, 1, 7, 8, 4095, 4096, 65536, 65537, (1 << 20) + 3, 4 << 20};
+// --procs 2 / --role: the same, then up to 64 MiB (striped over every data socket).
+static const size_t k_big_sizes[] = {0,       1,       7,          8, 4095, 4096, 65536, 65537, (1 << 20) + 3, 4 << 20,
+                                     (16 << 20) + 5, 64 << 20};
 static const size_t k_marker_sizes[] = {1, 64, 4096, 65536};
 static const size_t k_quick_sizes[] = {0, 1, 65537};
+#define BULK_COUNT 8
+static const size_t k_bulk_sizes[BULK_COUNT] = {64 << 20, 64 << 20, 64 << 20, 64 << 20,
+                                                64 << 20, 64 << 20, 64 << 20, 64 << 20};
 #define TRANSFER_EXTRA 4096
 #define TRANSFER_TAG 3
 
-enum { P_TRANSFER = 0, P_MARKER = 1, P_QUICK = 2 };
+enum { P_TRANSFER = 0, P_MARKER = 1, P_QUICK = 2, P_BIG = 3, P_BULK = 4 };
+#define COUNT_OF(a) ((int)(sizeof(a) / sizeof *(a)))
 
 typedef struct XferState {
   const size_t* sizes;
@@ -422,9 +510,11 @@ typedef struct XferState {
 } XferState;
 
 static void xfer_sizes(int param, const size_t** sizes, int* count) {
-  if (param == P_MARKER) *sizes = k_marker_sizes, *count = 4;
-  else if (param == P_QUICK) *sizes = k_quick_sizes, *count = 3;
-  else *sizes = k_transfer_sizes, *count = (int)(sizeof k_transfer_sizes / sizeof *k_transfer_sizes);
+  if (param == P_MARKER) *sizes = k_marker_sizes, *count = COUNT_OF(k_marker_sizes);
+  else if (param == P_QUICK) *sizes = k_quick_sizes, *count = COUNT_OF(k_quick_sizes);
+  else if (param == P_BIG) *sizes = k_big_sizes, *count = COUNT_OF(k_big_sizes);
+  else if (param == P_BULK) *sizes = k_bulk_sizes, *count = COUNT_OF(k_bulk_sizes);
+  else *sizes = k_transfer_sizes, *count = COUNT_OF(k_transfer_sizes);
 }
 
 static int xfer_setup(Role* r) {
@@ -503,6 +593,63 @@ static int xfer_recv_step(Role* r) {
 
 static const PairScenario TRANSFER = {"transfer", {xfer_setup, xfer_send_step}, {xfer_setup, xfer_recv_step}};
 static const PairScenario MARKER = {"marker", {xfer_setup, xfer_send_step}, {xfer_setup, xfer_recv_step}};
+static const PairScenario BULK = {"bulk", {xfer_setup, xfer_send_step}, {xfer_setup, xfer_recv_step}};
+
+// ---------------------------------------------------------------- oversize (badinput across processes)
+
+// A 16 KiB send into a 4 KiB receive: both sides end in an error, nothing lands past 4 KiB.
+#define OVER_ROOM 4096
+#define OVER_SEND 16384
+
+typedef struct OverState {
+  uint8_t* buf;
+  size_t cap;
+  void* mh;
+  void* req;
+} OverState;
+
+static int over_setup(Role* r) {
+  OverState* o = calloc(1, sizeof *o);
+  r->st = o;
+  r->broken = 1;
+  o->cap = r->sender ? OVER_SEND : 2 * OVER_ROOM;
+  o->buf = role_alloc(r, o->cap);
+  if (!o->buf) return -1;
+  memset(o->buf, GUARD, o->cap);
+  if (r->sender) fill(o->buf, o->cap, 77);
+  o->mh = role_reg(r, o->buf, o->cap);
+  return o->mh ? 0 : -1;
+}
+
+static int over_step(Role* r) {
+  OverState* o = r->st;
+  if (!o->req) {
+    tsn_result_t rc;
+    if (r->sender) {
+      rc = shim_isend(r->net, r->comm, o->buf, OVER_SEND, 0, o->mh, &o->req);
+      if (rc != TSN_SUCCESS) return check(1, "isend of 16 KiB into a 4 KiB receive refused at once (rc %d)", rc), 1;
+    } else {
+      void* d = o->buf;
+      size_t room = OVER_ROOM;
+      int tag = 0;
+      rc = shim_irecv(r->net, r->comm, 1, &d, &room, &tag, &o->mh, &o->req);
+      if (rc != TSN_SUCCESS) return check(0, "irecv of 4 KiB returned %d", rc), -1;
+    }
+    return 0;  // a NULL request: post again
+  }
+  int done = 0, got = -1;
+  tsn_result_t rc = shim_test(r->net, o->req, &done, &got);
+  if (rc == TSN_SUCCESS && !done) return 0;
+  check(rc != TSN_SUCCESS, "16 KiB send into a 4 KiB receive: the %s ends in an error (rc %d%s)",
+        r->sender ? "send" : "receive", rc, rc == TSN_SUCCESS ? ", it completed instead" : "");
+  if (!r->sender) {
+    long g = guard_broken(o->buf, OVER_ROOM, o->cap);
+    check(g < 0, "16 KiB send into a 4 KiB receive: nothing written past 4 KiB (first change at %ld)", g);
+  }
+  return 1;
+}
+
+static const PairScenario OVERSIZE = {"badinput", {over_setup, over_step}, {over_setup, over_step}};
 
 // ---------------------------------------------------------------- inflight
 
@@ -510,6 +657,7 @@ static const PairScenario MARKER = {"marker", {xfer_setup, xfer_send_step}, {xfe
 #define INFLIGHT_EXTRA 512
 
 typedef struct InflightState {
+  int count;  // requests in flight: the role's param (8 or 32)
   size_t size[INFLIGHT];
   size_t off[INFLIGHT];  // slot offsets in buf
   void* req[INFLIGHT];
@@ -526,8 +674,9 @@ static size_t inflight_size(int i) { return 1 + (size_t)((i * 37) % INFLIGHT) * 
 static int inflight_setup(Role* r) {
   InflightState* s = calloc(1, sizeof *s);
   r->st = s;
+  s->count = r->param > 0 && r->param <= INFLIGHT ? r->param : INFLIGHT;
   size_t off = 0;
-  for (int i = 0; i < INFLIGHT; i++) {
+  for (int i = 0; i < s->count; i++) {
     s->size[i] = inflight_size(i);
     s->off[i] = off;
     off += s->size[i] + (r->sender ? 0 : INFLIGHT_EXTRA);
@@ -537,7 +686,7 @@ static int inflight_setup(Role* r) {
   if (!s->buf) return -1;
   memset(s->buf, GUARD, s->cap);
   if (r->sender)
-    for (int i = 0; i < INFLIGHT; i++) fill(s->buf + s->off[i], s->size[i], seed_of(s->size[i], i, 1));
+    for (int i = 0; i < s->count; i++) fill(s->buf + s->off[i], s->size[i], seed_of(s->size[i], i, 1));
   s->mh = role_reg(r, s->buf, s->cap);
   return s->mh ? 0 : -1;
 }
@@ -546,7 +695,7 @@ static int inflight_step(Role* r) {
   InflightState* s = r->st;
   int first = s->steps++ == 0;
   // Post everything possible; a NULL request means "try again" (then test meanwhile).
-  while (s->posted < INFLIGHT) {
+  while (s->posted < s->count) {
     int i = s->posted;
     tsn_result_t rc;
     if (r->sender) {
@@ -564,8 +713,8 @@ static int inflight_step(Role* r) {
     }
     s->posted++;
   }
-  if (first && s->posted == INFLIGHT) {
-    check(1, "all %d %s posted before testing any", INFLIGHT, r->sender ? "sends" : "receives");
+  if (first && s->posted == s->count) {
+    check(1, "all %d %s posted before testing any", s->count, r->sender ? "sends" : "receives");
     return 0;
   }
   for (int i = 0; i < s->posted; i++) {
@@ -584,7 +733,7 @@ static int inflight_step(Role* r) {
     }
     (void)ok;
   }
-  if (s->ndone == INFLIGHT) {
+  if (s->ndone == s->count) {
     if (s->nulls) note("%ld NULL requests retried", s->nulls);
     return 1;
   }
@@ -770,11 +919,18 @@ static int max_recvs(const Net* n) {
 #define COMM_ID 0x74736e6574300001ULL
 
 static int g_procs = 1;
+enum { ROLE_BOTH = 0, ROLE_SEND = 1, ROLE_RECV = 2 };
+static int g_role;              // --role: this invocation runs one role of each pair
+static const char* g_rdv;       // --rendezvous DIR: where the roles leave their messages
+static int g_pair_seq;          // pairs run so far in this scenario (names the rendezvous files)
 
-// One role in a forked process: it loads the library itself; reports its counts on resfd.
-static void __attribute__((noreturn)) role_process(int version, const PairScenario* sc, int param, int sender, Chan ch,
-                                                   int resfd) {
-  g_pass = g_fail = 0;
+static int is_loopback(void) {
+  const char* t = getenv("TSNET_TRANSPORT");
+  return t && !strcasecmp(t, "loopback");
+}
+
+// One role in this process: it loads the library itself.
+static void role_run(int version, const PairScenario* sc, int param, int sender, Chan ch) {
   set_prefix(version, sc->name, sender ? "send" : "recv");
   Net n;
   void* ctx = NULL;
@@ -793,6 +949,13 @@ static void __attribute__((noreturn)) role_process(int version, const PairScenar
   } else {
     chan_put(&ch, MSG_ABORT, NULL, 0);
   }
+}
+
+// One role in a forked process; reports its counts on resfd.
+static void __attribute__((noreturn)) role_process(int version, const PairScenario* sc, int param, int sender, Chan ch,
+                                                   int resfd) {
+  g_pass = g_fail = 0;
+  role_run(version, sc, param, sender, ch);
   int counts[2] = {g_pass, g_fail};
   ssize_t w = write(resfd, counts, sizeof counts);
   (void)w;
@@ -832,6 +995,16 @@ static void reap_role(pid_t pid, int resfd, const char* what, double end) {
 // does not survive fork), so the caller must stay clean to run several pairs in a row.
 static void run_pair(int version, const PairScenario* sc, int param) {
   set_prefix(version, sc->name, NULL);
+  if (g_role != ROLE_BOTH) {
+    Chan ch;
+    memset(&ch, 0, sizeof ch);
+    ch.rfd = ch.wfd = -1;
+    ch.dir = g_rdv;
+    ch.sender = g_role == ROLE_SEND;
+    snprintf(ch.key, sizeof ch.key, "v%d-%s-%d", version, sc->name, g_pair_seq++);
+    role_run(version, sc, param, ch.sender, ch);
+    return;
+  }
   if (g_procs == 1) {
     Net n;
     if (open_net(&n, version)) return;
@@ -1011,6 +1184,10 @@ static void sc_tables(int version) {
 
 static void sc_badinput(int version) {
   set_prefix(version, "badinput", NULL);
+  if (g_procs == 2 || g_role != ROLE_BOTH) {  // across processes: the oversize send
+    run_pair(version, &OVERSIZE, 0);
+    return;
+  }
   Net n;
   if (open_net(&n, version)) return;
   void* ctx = NULL;
@@ -1260,15 +1437,473 @@ static void sc_lifecycle(int version) {
   shim_close(&n);
 }
 
+// ---------------------------------------------------------------- killpeer
+
+// A stream of 64 MiB messages, KP_DEPTH in flight each way, between a receiver process and a
+// sender process; once the receiver has taken KP_RUNNING messages the coordinator SIGKILLs one
+// of them. The survivor keeps its stream going (as NCCL's proxy would) until test() or a post
+// returns an error: that must happen within KP_BUDGET seconds of the kill, and then every
+// pending request must end; its comm must close, and the process must still work afterwards.
+#define KP_SIZE ((size_t)64 << 20)
+#define KP_DEPTH 3
+#define KP_RUNNING 2
+#define KP_BUDGET 10.0
+
+// Blocking read of exactly len bytes with a deadline; 1 on success.
+static int read_full(int fd, void* p, size_t len, double end) {
+  size_t have = 0;
+  while (have < len) {
+    int left = (int)((end - now_s()) * 1000);
+    if (left <= 0) return 0;
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, left) <= 0) continue;
+    ssize_t k = read(fd, (uint8_t*)p + have, len - have);
+    if (k == 0) return 0;
+    if (k < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return 0;
+    }
+    have += (size_t)k;
+  }
+  return 1;
+}
+
+// One side of killpeer in its own process. hfd: the handle (the receiver writes, the sender
+// reads); upfd: the receiver tells the coordinator "P" once the stream runs; downfd: the
+// coordinator's "K" (the peer is being killed), -1 for the victim.
+static void __attribute__((noreturn)) kp_side(int version, int sender, int hfd, int upfd, int downfd, int resfd) {
+  g_pass = g_fail = 0;
+  const char* peer = sender ? "receiver" : "sender";
+  set_prefix(version, "killpeer", sender ? "send" : "recv");
+  Net n;
+  void *ctx = NULL, *lc = NULL, *comm = NULL, *mh = NULL;
+  uint8_t* buf = NULL;
+  tsn_result_t rc = TSN_SUCCESS;
+  if (open_net(&n, version)) goto report;
+  if (init_ctx(&n, &ctx, COMM_ID)) goto unload;
+  double end = now_s() + g_timeout;
+  uint8_t h[TSN_HANDLE_SIZE];
+  memset(h, 0, sizeof h);
+  if (!sender) {
+    rc = shim_listen(&n, ctx, g_dev, h, &lc);
+    if (!check(rc == TSN_SUCCESS && lc, "listen (rc %d)", rc)) goto fini;
+    ssize_t w = write(hfd, h, sizeof h);
+    (void)w;
+    while (!comm && now_s() < end && (rc = shim_accept(&n, lc, &comm)) == TSN_SUCCESS) {
+    }
+    if (!check(comm != NULL, "accept gave a comm (rc %d)", rc)) goto fini;
+  } else {
+    if (!check(read_full(hfd, h, sizeof h, end), "got the receiver's handle")) goto fini;
+    while (!comm && now_s() < end && (rc = shim_connect(&n, ctx, g_dev, h, &comm)) == TSN_SUCCESS) {
+    }
+    if (!check(comm != NULL, "connect gave a comm (rc %d)", rc)) goto fini;
+  }
+  size_t cap = sender ? KP_SIZE : KP_DEPTH * KP_SIZE;
+  buf = malloc(cap);
+  if (!check(buf != NULL, "%zu bytes of buffers", cap)) goto fini;
+  if (sender) fill(buf, KP_SIZE, seed_of(KP_SIZE, 0, 9));
+  else memset(buf, GUARD, cap);
+  rc = shim_reg_mr(&n, comm, buf, cap, TSN_PTR_HOST, &mh);
+  if (!check(rc == TSN_SUCCESS && mh, "regMr of %zu bytes (rc %d)", cap, rc)) goto fini;
+
+  void* req[KP_DEPTH] = {0};
+  int completed = 0, early_errors = 0, errors = 0, pending = 0, validated = 0, reported = 0;
+  double killed_at = 0, first_err = 0, stream_end = now_s() + 3 * g_timeout;
+  for (;;) {
+    char k;
+    if (!killed_at && downfd >= 0 && read(downfd, &k, 1) == 1) killed_at = now_s();
+    // An error with no word of the kill yet: the word may be on its way (it is written just
+    // before the kill); wait a moment for it before calling the error early.
+    if (errors && !killed_at && downfd >= 0 && read_full(downfd, &k, 1, now_s() + 1.0)) {
+      killed_at = now_s();
+      early_errors = 0;
+    }
+    double t = now_s();
+    if (killed_at && t > killed_at + KP_BUDGET) break;
+    if (!killed_at && t > stream_end) {
+      check(0, "no word of the %s's kill within %.0f s of streaming", peer, 3 * g_timeout);
+      break;
+    }
+    pending = 0;
+    for (int i = 0; i < KP_DEPTH; i++) {
+      if (!req[i] && !errors) {
+        if (sender) {
+          rc = shim_isend(&n, comm, buf, KP_SIZE, 0, mh, &req[i]);
+        } else {
+          void* d = buf + (size_t)i * KP_SIZE;
+          size_t room = KP_SIZE;
+          int tag = 0;
+          rc = shim_irecv(&n, comm, 1, &d, &room, &tag, &mh, &req[i]);
+        }
+        if (rc != TSN_SUCCESS) {
+          note("%s returned %d", sender ? "isend" : "irecv", rc);
+          errors++;
+          if (!killed_at) early_errors++;
+          if (!first_err) first_err = now_s();
+          req[i] = NULL;
+        }
+      }
+      if (!req[i]) continue;
+      int done = 0, sz = -1;
+      rc = shim_test(&n, req[i], &done, &sz);
+      if (rc != TSN_SUCCESS) {
+        errors++;
+        if (!killed_at) early_errors++;
+        if (!first_err) first_err = now_s();
+        req[i] = NULL;
+        continue;
+      }
+      if (!done) {
+        pending++;
+        continue;
+      }
+      req[i] = NULL;
+      completed++;
+      if (!sender && !validated) {
+        validated = 1;
+        long bad = mismatch(buf + (size_t)i * KP_SIZE, KP_SIZE, seed_of(KP_SIZE, 0, 9));
+        check(sz == (int)KP_SIZE && bad < 0, "the first 64 MiB message: size %d, data equal (first difference %ld)", sz, bad);
+      }
+    }
+    if (!sender && !reported && completed >= KP_RUNNING) {
+      reported = 1;
+      if (upfd >= 0) {
+        ssize_t w = write(upfd, "P", 1);
+        (void)w;
+      }
+    }
+    if (killed_at && errors && pending == 0) break;
+    if (errors && !killed_at && pending == 0) {
+      check(0, "the stream broke before the %s was killed (%d messages completed)", peer, completed);
+      break;
+    }
+  }
+  if (killed_at) {
+    double after = first_err > killed_at ? first_err - killed_at : 0;
+    check(early_errors == 0, "the stream ran: no error before the %s was killed", peer);
+    check(pending == 0, "after the %s's SIGKILL every pending request ended within %.0f s (%d still pending)", peer,
+          KP_BUDGET, pending);
+    check(errors > 0, "after the %s's SIGKILL test() returned an error (%d errors, the first %.2f s after the kill; %d "
+                      "messages completed in all)", peer, errors, after, completed);
+  }
+  if (pending == 0) {
+    rc = shim_dereg_mr(&n, comm, mh);
+    note("deregMr on the broken comm returned %d", rc);
+  }
+  rc = sender ? shim_close_send(&n, comm) : shim_close_recv(&n, comm);
+  check(1, "%s of the broken comm returned (rc %d)", sender ? "closeSend" : "closeRecv", rc);
+  comm = NULL;
+  if (lc) {
+    rc = shim_close_listen(&n, lc);
+    check(rc == TSN_SUCCESS, "closeListen (rc %d)", rc);
+    lc = NULL;
+  }
+  {  // Still healthy: a new listener.
+    void* l2 = NULL;
+    rc = shim_listen(&n, ctx, g_dev, h, &l2);
+    tsn_result_t c2 = l2 ? shim_close_listen(&n, l2) : -1;
+    check(rc == TSN_SUCCESS && c2 == TSN_SUCCESS, "the process still works: listen, closeListen (rc %d, %d)", rc, c2);
+  }
+fini:
+  set_prefix(version, "killpeer", sender ? "send" : "recv");
+  if (comm && sender) shim_close_send(&n, comm);
+  else if (comm) shim_close_recv(&n, comm);
+  if (lc) shim_close_listen(&n, lc);
+  fini_ctx(&n, ctx);
+unload:
+  shim_close(&n);
+report:
+  free(buf);
+  {
+    int counts[2] = {g_pass, g_fail};
+    ssize_t w = write(resfd, counts, sizeof counts);
+    (void)w;
+  }
+  fflush(stdout);
+  _exit(g_fail ? 1 : 0);
+}
+
+// Forks the two sides, waits for the stream, kills one side (victim_sender: the sender).
+static void kp_run(int version, int victim_sender) {
+  set_prefix(version, "killpeer", NULL);
+  const char* vname = victim_sender ? "sender" : "receiver";
+  const char* sname = victim_sender ? "receiver" : "sender";
+  int hp[2], up[2], dn[2], rres[2], sres[2];
+  if (pipe(hp) || pipe(up) || pipe(dn) || pipe(rres) || pipe(sres)) {
+    check(0, "pipe: %s", strerror(errno));
+    return;
+  }
+  fcntl(dn[0], F_SETFL, O_NONBLOCK);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t rpid = fork();
+  if (rpid == 0) {
+    close(hp[0]), close(up[0]), close(dn[1]), close(rres[0]), close(sres[0]), close(sres[1]);
+    kp_side(version, 0, hp[1], up[1], victim_sender ? dn[0] : -1, rres[1]);
+  }
+  pid_t spid = rpid > 0 ? fork() : -1;
+  if (spid == 0) {
+    close(hp[1]), close(up[0]), close(up[1]), close(dn[1]), close(rres[0]), close(rres[1]), close(sres[0]);
+    kp_side(version, 1, hp[0], -1, victim_sender ? -1 : dn[0], sres[1]);
+  }
+  close(hp[0]), close(hp[1]), close(up[1]), close(dn[0]), close(rres[1]), close(sres[1]);
+  if (rpid < 0 || spid < 0) {
+    check(0, "fork: %s", strerror(errno));
+    if (rpid > 0) kill(rpid, SIGKILL), waitpid(rpid, NULL, 0);
+    close(up[0]), close(dn[1]), close(rres[0]), close(sres[0]);
+    return;
+  }
+  char p = 0;
+  int running = read_full(up[0], &p, 1, now_s() + 3 * g_timeout) && p == 'P';
+  pid_t victim = victim_sender ? spid : rpid, survivor = victim_sender ? rpid : spid;
+  int vres = victim_sender ? sres[0] : rres[0], sres_fd = victim_sender ? rres[0] : sres[0];
+  if (!check(running, "the receiver reported %d messages of 64 MiB received (the stream runs)", KP_RUNNING)) {
+    kill(rpid, SIGKILL), kill(spid, SIGKILL);
+    waitpid(rpid, NULL, 0), waitpid(spid, NULL, 0);
+  } else {
+    ssize_t w = write(dn[1], "K", 1);  // first the word, then the kill: the survivor's clock starts now
+    (void)w;
+    kill(victim, SIGKILL);
+    int status = 0;
+    waitpid(victim, &status, 0);
+    check(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the %s was killed with SIGKILL mid-stream (%s %d)", vname,
+          WIFSIGNALED(status) ? "signal" : "exit status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    reap_role(survivor, sres_fd, sname, now_s() + KP_BUDGET + 2 * g_timeout);
+    sres_fd = -1;
+  }
+  close(up[0]), close(dn[1]), close(vres);
+  if (sres_fd >= 0) close(sres_fd);
+}
+
+static void sc_killpeer(int version) {
+  set_prefix(version, "killpeer", NULL);
+  if (is_loopback()) {
+    note("skip: the loopback transport has no peer process to kill");
+    return;
+  }
+  kp_run(version, 1);
+  kp_run(version, 0);
+}
+
+// ---------------------------------------------------------------- stranger
+
+// Raw TCP clients on a listener's port (the address and port from the handle: u32 magic,
+// u16 version, u8 rails, u8 0, 8-byte nonce, then per rail u8 family, u8 0, u16 port LE,
+// 16-byte address) never become comms nor break the listener.
+#define TCP_HANDLE_MAGIC 0x544e5354u
+#define TCP_HELLO_MAGIC 0x484e5354u
+
+static uint32_t rd32(const uint8_t* p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static void wr32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+// A blocking TCP connection to rail 0 of the handle; -1 on failure.
+static int raw_connect(const uint8_t* h) {
+  int fam = h[16];
+  unsigned port = (unsigned)h[18] | (unsigned)h[19] << 8;
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  socklen_t len;
+  if (fam == 4) {
+    struct sockaddr_in* a = (struct sockaddr_in*)&ss;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port);
+    memcpy(&a->sin_addr, h + 20, 4);
+    len = sizeof *a;
+  } else {
+    struct sockaddr_in6* a = (struct sockaddr_in6*)&ss;
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons((uint16_t)port);
+    memcpy(&a->sin6_addr, h + 20, 16);
+    len = sizeof *a;
+  }
+  int fd = socket(fam == 4 ? AF_INET : AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(fd, (struct sockaddr*)&ss, len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// 1 once the other end has closed fd (EOF or a reset), 0 if it is still open at the deadline.
+static int closed_by_peer(int fd, double end) {
+  uint8_t junk[4096];
+  for (;;) {
+    int left = (int)((end - now_s()) * 1000);
+    if (left <= 0) return 0;
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, left) <= 0) continue;
+    ssize_t k = recv(fd, junk, sizeof junk, MSG_DONTWAIT);
+    if (k == 0) return 1;
+    if (k < 0 && errno != EAGAIN && errno != EINTR) return 1;
+  }
+}
+
+static void hello_bytes(uint8_t* b, int role, const uint8_t* nonce, uint32_t lanes) {
+  memset(b, 0, 40);
+  wr32(b, TCP_HELLO_MAGIC);
+  b[4] = 1;  // protocol version, u16 LE
+  b[6] = (uint8_t)role;
+  memcpy(b + 8, nonce, 8);
+  for (int i = 0; i < 8; i++) b[16 + i] = (uint8_t)(0xC0 + i);  // connection id
+  wr32(b + 24, lanes);
+  wr32(b + 28, 16384);
+  wr32(b + 32, 131072);
+}
+
+static void sc_stranger(int version) {
+  set_prefix(version, "stranger", NULL);
+  if (is_loopback()) {
+    note("skip: the loopback transport has no port for a stranger");
+    return;
+  }
+  Net n;
+  if (open_net(&n, version)) return;
+  void* ctx = NULL;
+  if (init_ctx(&n, &ctx, COMM_ID)) {
+    shim_close(&n);
+    return;
+  }
+  uint8_t h[TSN_HANDLE_SIZE];
+  memset(h, 0, sizeof h);
+  void* lc = NULL;
+  tsn_result_t rc = shim_listen(&n, ctx, g_dev, h, &lc);
+  if (!check(rc == TSN_SUCCESS && lc, "listen (rc %d)", rc)) goto out;
+  unsigned port = (unsigned)h[18] | (unsigned)h[19] << 8;
+  if (!check(rd32(h) == TCP_HANDLE_MAGIC && h[6] >= 1 && (h[16] == 4 || h[16] == 6) && port,
+             "the handle is a TCP handle (magic 0x%x, %d rails, rail 0: family %d, port %u)", rd32(h), h[6], h[16], port))
+    goto closel;
+  {
+    enum { GARBAGE, SILENT_CLOSE, ZEROS, WRONG_NONCE, FLOOD, IDLE, HALF, ACK_ROLE, NS };
+    static const char* what[NS] = {"sent 64 bytes of garbage",
+                                   "connected and closed without a byte",
+                                   "sent 40 bytes of zeros",
+                                   "sent a well-formed HELLO with a wrong nonce",
+                                   "sent 256 KiB of garbage",
+                                   "connected and said nothing (kept open)",
+                                   "sent a control HELLO with the right nonce, then no data sockets (kept open)",
+                                   "sent an ACK HELLO with the right nonce"};
+    static const int must_drop[NS] = {1, 0, 1, 1, 1, 0, 0, 1};
+    int fd[NS];
+    uint8_t msg[40], wrong[8];
+    static uint8_t flood[256 << 10];
+    fill(flood, sizeof flood, 4242);
+    for (int i = 0; i < 8; i++) wrong[i] = (uint8_t)(h[8 + i] ^ 0x5a);
+    int connected = 0;
+    for (int i = 0; i < NS; i++) {
+      fd[i] = raw_connect(h);
+      if (fd[i] < 0) continue;
+      connected++;
+      ssize_t w = 0;
+      switch (i) {
+        case GARBAGE: w = send(fd[i], flood, 64, MSG_NOSIGNAL); break;
+        case SILENT_CLOSE: close(fd[i]), fd[i] = -1; break;
+        case ZEROS: memset(msg, 0, 40), w = send(fd[i], msg, 40, MSG_NOSIGNAL); break;
+        case WRONG_NONCE: hello_bytes(msg, 1, wrong, 4), w = send(fd[i], msg, 40, MSG_NOSIGNAL); break;
+        case FLOOD: w = send(fd[i], flood, sizeof flood, MSG_NOSIGNAL | MSG_DONTWAIT); break;
+        case HALF: hello_bytes(msg, 1, h + 8, 4), w = send(fd[i], msg, 40, MSG_NOSIGNAL); break;
+        case ACK_ROLE: hello_bytes(msg, 3, h + 8, 4), w = send(fd[i], msg, 40, MSG_NOSIGNAL); break;
+        default: break;
+      }
+      (void)w;
+    }
+    check(connected == NS, "%d of %d strangers connected to port %u", connected, NS, port);
+    // accept keeps answering "not yet" (success, no comm) while they are there.
+    int comms = 0, errs = 0, calls = 0;
+    double end = now_s() + 1.0;
+    while (now_s() < end) {
+      void* rcomm = NULL;
+      rc = shim_accept(&n, lc, &rcomm);
+      calls++;
+      if (rc != TSN_SUCCESS) errs++;
+      if (rcomm) comms++, shim_close_recv(&n, rcomm);
+      usleep(1000);
+    }
+    check(comms == 0 && errs == 0, "accept over 1 s (%d calls) with strangers on the port: %d comms, %d errors", calls,
+          comms, errs);
+    end = now_s() + g_timeout;
+    for (int i = 0; i < NS; i++)
+      if (must_drop[i] && fd[i] >= 0)
+        check(closed_by_peer(fd[i], end), "the listener closed the stranger that %s", what[i]);
+    // Now a real connection on the same listener, with the idle and half strangers still open.
+    void *sc = NULL, *rcm = NULL;
+    end = now_s() + g_timeout;
+    while ((!sc || !rcm) && now_s() < end) {
+      if (!sc && (rc = shim_connect(&n, ctx, g_dev, h, &sc)) != TSN_SUCCESS) break;
+      if (!rcm && (rc = shim_accept(&n, lc, &rcm)) != TSN_SUCCESS) break;
+    }
+    if (check(sc && rcm, "after the strangers, connect and accept on the same listener give a comm pair (rc %d)", rc)) {
+      enum { CAP = (1 << 20) + 3 + 4096 };
+      static const size_t sizes[] = {1, 65537, (1 << 20) + 3};
+      uint8_t* sb = malloc(CAP);
+      uint8_t* rb = malloc(CAP);
+      void *smh = NULL, *rmh = NULL;
+      tsn_result_t a = shim_reg_mr(&n, sc, sb, CAP, TSN_PTR_HOST, &smh);
+      tsn_result_t b = shim_reg_mr(&n, rcm, rb, CAP, TSN_PTR_HOST, &rmh);
+      if (check(a == TSN_SUCCESS && b == TSN_SUCCESS, "regMr on both comms (rc %d, %d)", a, b)) {
+        for (int i = 0; i < 3; i++) {
+          size_t size = sizes[i];
+          fill(sb, size, seed_of(size, i, 5));
+          memset(rb, GUARD, CAP);
+          void *sreq = NULL, *rreq = NULL;
+          void* d = rb;
+          size_t room = CAP;
+          int tag = 1, ssz = -1, rsz = -1;
+          double e2 = now_s() + g_timeout;
+          while (!rreq && now_s() < e2 && (a = shim_irecv(&n, rcm, 1, &d, &room, &tag, &rmh, &rreq)) == TSN_SUCCESS) {
+          }
+          while (!sreq && now_s() < e2 && (b = shim_isend(&n, sc, sb, size, 1, smh, &sreq)) == TSN_SUCCESS) {
+          }
+          int sdone = 0, rdone = 0;
+          tsn_result_t st = 0, rt = 0;
+          while (sreq && rreq && (!sdone || !rdone) && now_s() < e2) {
+            if (!sdone && ((st = shim_test(&n, sreq, &sdone, &ssz)) != TSN_SUCCESS)) break;
+            if (!rdone && ((rt = shim_test(&n, rreq, &rdone, &rsz)) != TSN_SUCCESS)) break;
+          }
+          long bad = mismatch(rb, size, seed_of(size, i, 5));
+          long g = guard_broken(rb, size, CAP);
+          check(sdone && rdone && st == 0 && rt == 0 && rsz == (int)size && bad < 0 && g < 0,
+                "transfer of %zu bytes after the strangers (send %s rc %d, recv %s rc %d size %d, first difference %ld, "
+                "guard %ld)",
+                size, sdone ? "done" : "not done", st, rdone ? "done" : "not done", rt, rsz, bad, g);
+        }
+        a = shim_dereg_mr(&n, sc, smh);
+        b = shim_dereg_mr(&n, rcm, rmh);
+        check(a == TSN_SUCCESS && b == TSN_SUCCESS, "deregMr (rc %d, %d)", a, b);
+      }
+      free(sb);
+      free(rb);
+    }
+    tsn_result_t a = sc ? shim_close_send(&n, sc) : 0, b = rcm ? shim_close_recv(&n, rcm) : 0;
+    check(a == TSN_SUCCESS && b == TSN_SUCCESS, "closeSend, closeRecv (rc %d, %d)", a, b);
+    for (int i = 0; i < NS; i++)
+      if (fd[i] >= 0) close(fd[i]);
+  }
+closel:
+  rc = shim_close_listen(&n, lc);
+  check(rc == TSN_SUCCESS, "closeListen with strangers having come and gone (rc %d)", rc);
+out:
+  fini_ctx(&n, ctx);
+  shim_close(&n);
+}
+
 // ---------------------------------------------------------------- main
 
-static void sc_transfer(int v) { run_pair(v, &TRANSFER, P_TRANSFER); }
+static void sc_transfer(int v) { run_pair(v, &TRANSFER, g_procs == 1 && g_role == ROLE_BOTH ? P_TRANSFER : P_BIG); }
 static void sc_marker(int v) { run_pair(v, &MARKER, P_MARKER); }
-static void sc_inflight(int v) { run_pair(v, &INFLIGHT_SC, 0); }
+static void sc_bulk(int v) { run_pair(v, &BULK, P_BULK); }
+static void sc_inflight(int v) {
+  run_pair(v, &INFLIGHT_SC, 8);
+  run_pair(v, &INFLIGHT_SC, INFLIGHT);
+}
 static void sc_grouped(int v) {
   int want[] = {8, 4};
   int mr = 0;
-  if (g_procs == 1) {
+  if (g_procs == 1 && g_role == ROLE_BOTH) {
     Net n;
     set_prefix(v, "grouped", NULL);
     if (open_net(&n, v)) return;
@@ -1291,16 +1926,26 @@ static void sc_grouped(int v) {
   }
 }
 
+enum { ONE_PROC = 0, PAIR = 1, OWN_PROCS = 2 };
 typedef struct Scenario {
   const char* name;
   void (*run)(int version);
-  int two_procs;  // runs with --procs 2
+  int kind;    // ONE_PROC: --procs 1 only; PAIR: --procs 1 or 2, --role; OWN_PROCS: the same under any --procs
+  int in_all;  // part of `all`
+  const char* about;
 } Scenario;
 
 static const Scenario SCENARIOS[] = {
-    {"tables", sc_tables, 0},     {"transfer", sc_transfer, 1}, {"inflight", sc_inflight, 1},
-    {"grouped", sc_grouped, 1},   {"marker", sc_marker, 1},     {"badinput", sc_badinput, 0},
-    {"lifecycle", sc_lifecycle, 0},
+    {"tables", sc_tables, ONE_PROC, 1, "symbols, slots, devices, properties"},
+    {"transfer", sc_transfer, PAIR, 1, "0 B to 4 MiB validated (--procs 2 / --role: to 64 MiB)"},
+    {"inflight", sc_inflight, PAIR, 1, "8, then 32 sends and receives posted before any test"},
+    {"grouped", sc_grouped, PAIR, 1, "irecv n = 8 and 4, tags sent shuffled, 20 rounds"},
+    {"marker", sc_marker, PAIR, 1, "*request = 0x1 before irecv"},
+    {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
+    {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
+    {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
+    {"stranger", sc_stranger, OWN_PROCS, 1, "raw TCP clients on a listener's port, then a real connection (TCP)"},
+    {"bulk", sc_bulk, PAIR, 0, "8 messages of 64 MiB, validated (not in all)"},
 };
 #define NSCENARIOS ((int)(sizeof SCENARIOS / sizeof *SCENARIOS))
 
@@ -1343,11 +1988,13 @@ static void run_isolated(const Scenario* s, int version) {
 static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
-          "[--verbose]\n"
-          "  scenarios: tables transfer inflight grouped marker badinput lifecycle\n"
+          "[--verbose] [--role send|recv --rendezvous DIR]\n"
+          "  scenarios: tables transfer inflight grouped marker badinput lifecycle killpeer stranger bulk\n"
           "  --version N   table version 6..12 (default: 12; 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
-          "  --procs 2     sender in a forked child, receiver in the parent (transfer, inflight, grouped, marker)\n"
+          "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"
+          "  --role R      run only the send or the recv role of each pair; the other role is another\n"
+          "                invocation that shares --rendezvous DIR (a fresh directory) with this one\n"
           "  --timeout S   seconds any wait may take before it fails (default 20)\n");
 }
 
@@ -1366,13 +2013,19 @@ int main(int argc, char** argv) {
     else if (v && !strcmp(a, "--procs")) g_procs = atoi(v), i++;
     else if (v && !strcmp(a, "--dev")) g_dev = atoi(v), i++;
     else if (v && !strcmp(a, "--timeout")) g_timeout = atof(v), i++;
+    else if (v && !strcmp(a, "--rendezvous")) g_rdv = v, i++;
+    else if (v && !strcmp(a, "--role") && (!strcmp(v, "send") || !strcmp(v, "recv")))
+      g_role = strcmp(v, "send") ? ROLE_RECV : ROLE_SEND, i++;
     else return fprintf(stderr, "unknown or incomplete option %s\n", a), usage(), 2;
   }
   if (!strcmp(what, "list")) {
-    for (int i = 0; i < NSCENARIOS; i++) printf("%s%s\n", SCENARIOS[i].name, SCENARIOS[i].two_procs ? " (--procs 2)" : "");
+    static const char* kinds[] = {"one process", "pair: --procs 1|2, --role", "its own processes"};
+    for (int i = 0; i < NSCENARIOS; i++)
+      printf("%-10s %s; %s\n", SCENARIOS[i].name, SCENARIOS[i].about, kinds[SCENARIOS[i].kind]);
     return 0;
   }
   if (g_procs != 1 && g_procs != 2) return fprintf(stderr, "--procs must be 1 or 2\n"), 2;
+  if ((g_role != ROLE_BOTH) != (g_rdv != NULL)) return fprintf(stderr, "--role and --rendezvous go together\n"), 2;
   if (version && (version < SHIM_MIN_VERSION || version > SHIM_MAX_VERSION))
     return fprintf(stderr, "--version must be %d..%d\n", SHIM_MIN_VERSION, SHIM_MAX_VERSION), 2;
   int lo = version ? version : (strcmp(what, "all") ? SHIM_MAX_VERSION : SHIM_MIN_VERSION);
@@ -1381,10 +2034,11 @@ int main(int argc, char** argv) {
   for (int v = lo; v <= hi; v++)
     for (int i = 0; i < NSCENARIOS; i++) {
       const Scenario* s = &SCENARIOS[i];
-      if (strcmp(what, "all") && strcmp(what, s->name)) continue;
+      int all = !strcmp(what, "all");
+      if (all ? !s->in_all : strcmp(what, s->name)) continue;
       ran++;
-      if (g_procs == 2 && !s->two_procs) {
-        if (strcmp(what, "all")) return fprintf(stderr, "%s runs in one process only\n", s->name), 2;
+      if ((g_procs == 2 && s->kind == ONE_PROC) || (g_role != ROLE_BOTH && s->kind != PAIR)) {
+        if (!all) return fprintf(stderr, "%s does not run with %s\n", s->name, g_role ? "--role" : "--procs 2"), 2;
         continue;
       }
       run_isolated(s, v);
