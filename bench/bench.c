@@ -1,0 +1,811 @@
+// tsnet-bench: one measurement of the loopback benchmark, printed as one JSON line on stdout.
+//
+//   tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]
+//               [--streams N] [--inflight K] [--version V] [--lib PATH] [--dev D]
+//               [--timeout S] [--spin] [--verbose]
+//
+// Every mode runs two processes, A and B, forked by a coordinator that never loads the plugin
+// (a process whose plugin has started its Node thread cannot fork a child that uses it). A and
+// B talk over a pipe channel for set-up and stop signals only; the traffic itself goes through
+// the plugin (tsnet-*) or plain TCP sockets over 127.0.0.1 with TCP_NODELAY (tcp-*).
+//
+//   *-lat  ping-pong, A -> B -> A, one message of --size each way; one-way latency = RTT / 2.
+//          tsnet: both sides keep their next irecv posted before they send, as NCCL's proxy
+//          does, and poll test(). tcp: one socket, blocking send/recv. A reports.
+//   *-bw   A streams messages of --size to B. tsnet: up to --inflight (8) isends and irecvs
+//          in flight, refilled as test() reports them done; bytes/s of the receives completed
+//          in the measured window. tcp: --streams sockets, one sending and one receiving
+//          thread each; every message is cut into stripes the way tsnet's schedule cuts it
+//          (max(128 KiB, size/N) rounded up to 4 KiB, round-robin over the streams, starting
+//          where the previous message ended), each stream carries its stripes back to back.
+//          B reports.
+//
+// Warm-up (--warmup seconds, and a few messages) is not counted. Every wait has a deadline
+// (--timeout); on failure the process prints why on stderr and the bench exits non-zero.
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+// ---------------------------------------------------------------- options and reporting
+
+typedef enum { M_TSNET_LAT, M_TSNET_BW, M_TCP_LAT, M_TCP_BW } Mode;
+static const char* const k_mode_names[] = {"tsnet-lat", "tsnet-bw", "tcp-lat", "tcp-bw"};
+
+typedef struct Opts {
+  Mode mode;
+  size_t size;      // bytes per message
+  double duration;  // measured seconds
+  double warmup;    // seconds not counted
+  int streams;      // tcp-bw sockets
+  int inflight;     // tsnet-bw requests in flight per side
+  int version;      // plugin table version
+  const char* lib;  // plugin path
+  int dev;          // plugin device
+  double timeout;   // seconds any one wait may take
+  int spin;         // poll test() without giving the CPU away
+  int idle_us;      // when a poll finds nothing: sleep this long (0: sched_yield)
+  int verbose;      // plugin INFO lines on stderr
+} Opts;
+
+static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .version = 12,
+                   .lib = "build/libnccl-net-tsnet.so", .timeout = 30.0};
+static const char* g_role = "coordinator";
+
+#define MIN_STRIPE 131072  // tsnet's TSNET_MIN_STRIPE default
+#define STRIPE_ALIGN 4096
+#define MAX_INFLIGHT 32
+#define MAX_STREAMS 64
+#define RECV_POOL_BYTES (256u << 20)  // receive buffers per side, at most (at least one message)
+#define COMM_ID 0x74736e6562656e63ULL
+
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char* fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "tsnet-bench %s [%s]: %s\n", k_mode_names[g_o.mode], g_role, msg);
+  fflush(stderr);
+  _exit(1);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// Called when a poll of test() found nothing new: NCCL's proxy yields its CPU there.
+static void idle(void) {
+  if (g_o.spin) return;
+  if (g_o.idle_us > 0) {
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)g_o.idle_us * 1000};
+    nanosleep(&ts, NULL);
+  } else {
+    sched_yield();
+  }
+}
+
+static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  (void)flags;
+  (void)file;
+  (void)line;
+  if (!g_o.verbose && level != TSN_LOG_WARN && level != TSN_LOG_ABORT) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "[%s %d] %s\n", g_role, (int)getpid(), msg);
+}
+
+static void* alloc_buf(size_t size) {
+  void* p = NULL;
+  if (posix_memalign(&p, 4096, size ? size : 1) != 0) die("posix_memalign of %zu bytes failed", size);
+  memset(p, 0x5a, size);  // touch every page before measuring
+  return p;
+}
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+// Nearest-rank quantile of sorted v[n].
+static double quantile(const double* v, size_t n, double q) {
+  size_t k = (size_t)(q * (double)n + 0.999999);
+  if (k < 1) k = 1;
+  if (k > n) k = n;
+  return v[k - 1];
+}
+
+// Latency samples (one-way microseconds per iteration) -> the JSON line.
+// streams: the sockets of a tcp-* mode; 0 for tsnet (its own TSNET_NSOCKS), printed as null.
+static void streams_json(char* out, size_t len, int streams) {
+  if (streams > 0) snprintf(out, len, "%d", streams);
+  else snprintf(out, len, "null");
+}
+
+static void report_lat(double* us, size_t n, double seconds, int streams) {
+  if (n == 0) die("no latency sample was measured");
+  qsort(us, n, sizeof *us, cmp_double);
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += us[i];
+  char sj[16];
+  streams_json(sj, sizeof sj, streams);
+  printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"iterations\":%zu,\"seconds\":%.6f,"
+         "\"lat_us\":{\"median\":%.3f,\"p99\":%.3f,\"min\":%.3f,\"max\":%.3f,\"mean\":%.3f}}\n",
+         k_mode_names[g_o.mode], g_o.size, sj, g_o.version, n, seconds, quantile(us, n, 0.5),
+         quantile(us, n, 0.99), us[0], us[n - 1], sum / (double)n);
+  fflush(stdout);
+}
+
+static void report_bw(uint64_t bytes, uint64_t messages, double seconds, int streams) {
+  if (seconds <= 0 || bytes == 0) die("no bandwidth window was measured");
+  char sj[16];
+  streams_json(sj, sizeof sj, streams);
+  printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"inflight\":%d,\"messages\":%llu,"
+         "\"bytes\":%llu,\"seconds\":%.6f,\"bw_GBps\":%.6f}\n",
+         k_mode_names[g_o.mode], g_o.size, sj, g_o.version, g_o.inflight, (unsigned long long)messages,
+         (unsigned long long)bytes, seconds, (double)bytes / seconds / 1e9);
+  fflush(stdout);
+}
+
+// ---------------------------------------------------------------- the channel between A and B
+
+enum { CH_HANDLE = 1, CH_PORT = 2, CH_STOP = 3, CH_TOTAL = 4, CH_DONE = 5 };
+typedef struct ChMsg {
+  int32_t kind;
+  int32_t pad;
+  uint64_t value;
+  uint8_t data[TSN_HANDLE_SIZE];
+} ChMsg;  // < PIPE_BUF: writes are atomic
+
+typedef struct Chan {
+  int rfd, wfd;
+} Chan;
+
+static void ch_put(Chan c, int kind, uint64_t value, const void* data) {
+  ChMsg m;
+  memset(&m, 0, sizeof m);
+  m.kind = kind;
+  m.value = value;
+  if (data) memcpy(m.data, data, TSN_HANDLE_SIZE);
+  ssize_t w;
+  do w = write(c.wfd, &m, sizeof m);
+  while (w < 0 && errno == EINTR);
+  if (w != (ssize_t)sizeof m) die("channel write: %s", w < 0 ? strerror(errno) : "short");
+}
+
+// Waits up to `wait` seconds (0: just looks) for a message of `kind`; 1 when one came.
+static int ch_get(Chan c, int kind, ChMsg* m, double wait) {
+  struct pollfd p = {.fd = c.rfd, .events = POLLIN};
+  int r;
+  do r = poll(&p, 1, (int)(wait * 1000));
+  while (r < 0 && errno == EINTR);
+  if (r == 0) return 0;
+  ssize_t got = read(c.rfd, m, sizeof *m);
+  if (got == 0) die("the peer process went away");
+  if (got != (ssize_t)sizeof *m) die("channel read: %s", got < 0 ? strerror(errno) : "short");
+  if (m->kind != kind) die("channel: expected message %d, got %d", kind, m->kind);
+  return 1;
+}
+
+static void ch_wait(Chan c, int kind, ChMsg* m, const char* what) {
+  if (!ch_get(c, kind, m, g_o.timeout)) die("timed out after %.0f s waiting for %s", g_o.timeout, what);
+}
+
+// ---------------------------------------------------------------- tsnet: set-up
+
+typedef struct Plug {
+  Net net;
+  void* ctx;
+  void* lc;  // listen comm
+  void* sc;  // send comm (to the peer)
+  void* rc;  // recv comm (from the peer)
+} Plug;
+
+// Loads and initialises the plugin, then opens a send comm to the peer and a recv comm from
+// it: each side listens, hands its handle over, connects to the peer's, and accepts, polling
+// connect and accept (both non-blocking) until both comms exist.
+static void pl_open(Plug* t, Chan ch) {
+  memset(t, 0, sizeof *t);
+  char err[512];
+  if (shim_open(&t->net, g_o.lib, g_o.version, err, sizeof err) != 0) die("load: %s", err);
+  tsn_result_t rc = shim_init(&t->net, &t->ctx, COMM_ID, logger);
+  if (rc != TSN_SUCCESS) die("init failed (rc %d)", rc);
+  int ndev = 0;
+  rc = shim_devices(&t->net, &ndev);
+  if (rc != TSN_SUCCESS || ndev <= g_o.dev) die("devices: rc %d, %d device(s), --dev %d", rc, ndev, g_o.dev);
+  uint8_t mine[TSN_HANDLE_SIZE], peer[TSN_HANDLE_SIZE];
+  memset(mine, 0, sizeof mine);
+  rc = shim_listen(&t->net, t->ctx, g_o.dev, mine, &t->lc);
+  if (rc != TSN_SUCCESS || !t->lc) die("listen failed (rc %d)", rc);
+  ch_put(ch, CH_HANDLE, 0, mine);
+  ChMsg m;
+  ch_wait(ch, CH_HANDLE, &m, "the peer's handle");
+  memcpy(peer, m.data, sizeof peer);
+  double end = now_s() + g_o.timeout;
+  while (!t->sc || !t->rc) {
+    if (!t->sc && (rc = shim_connect(&t->net, t->ctx, g_o.dev, peer, &t->sc)) != TSN_SUCCESS)
+      die("connect failed (rc %d)", rc);
+    if (!t->rc && (rc = shim_accept(&t->net, t->lc, &t->rc)) != TSN_SUCCESS) die("accept failed (rc %d)", rc);
+    if (now_s() > end) die("timed out after %.0f s connecting (send comm %s, recv comm %s)", g_o.timeout,
+                           t->sc ? "up" : "not up", t->rc ? "up" : "not up");
+    idle();
+  }
+}
+
+static void* pl_reg(Plug* t, void* comm, void* data, size_t size) {
+  void* mh = NULL;
+  tsn_result_t rc = shim_reg_mr(&t->net, comm, data, size, TSN_PTR_HOST, &mh);
+  if (rc != TSN_SUCCESS || !mh) die("regMr of %zu bytes failed (rc %d)", size, rc);
+  return mh;
+}
+
+// Both sides finished every request before either closes (NCCL destroys a communicator after
+// a bootstrap barrier too): a close right after the last send completed can reach the peer
+// before that send's data does.
+static void pl_close(Plug* t, Chan ch, void** mrs, void** comms, int nmr) {
+  ch_put(ch, CH_DONE, 0, NULL);
+  ChMsg m;
+  ch_wait(ch, CH_DONE, &m, "the peer to finish");
+  for (int i = 0; i < nmr; i++) {
+    tsn_result_t rc = shim_dereg_mr(&t->net, comms[i], mrs[i]);
+    if (rc != TSN_SUCCESS) die("deregMr failed (rc %d)", rc);
+  }
+  tsn_result_t rc;
+  if ((rc = shim_close_send(&t->net, t->sc)) != TSN_SUCCESS) die("closeSend failed (rc %d)", rc);
+  if ((rc = shim_close_recv(&t->net, t->rc)) != TSN_SUCCESS) die("closeRecv failed (rc %d)", rc);
+  if ((rc = shim_close_listen(&t->net, t->lc)) != TSN_SUCCESS) die("closeListen failed (rc %d)", rc);
+  if (shim_has_ctx(g_o.version) && (rc = shim_finalize(&t->net, t->ctx)) != TSN_SUCCESS)
+    die("finalize failed (rc %d)", rc);
+}
+
+// isend / irecv of one buffer; NULL while the comm's request pool is full.
+static void* pl_isend(Plug* t, void* data, void* mh) {
+  void* req = NULL;
+  tsn_result_t rc = shim_isend(&t->net, t->sc, data, g_o.size, 0, mh, &req);
+  if (rc != TSN_SUCCESS) die("isend failed (rc %d)", rc);
+  return req;
+}
+
+static void* pl_irecv(Plug* t, void* data, void* mh) {
+  void* req = NULL;
+  size_t size = g_o.size;
+  int tag = 0;
+  tsn_result_t rc = shim_irecv(&t->net, t->rc, 1, &data, &size, &tag, &mh, &req);
+  if (rc != TSN_SUCCESS) die("irecv failed (rc %d)", rc);
+  return req;
+}
+
+// Posts with retries until the pool gives a request (bounded by the deadline).
+static void* pl_post(Plug* t, int send, void* data, void* mh) {
+  double end = now_s() + g_o.timeout;
+  for (;;) {
+    void* req = send ? pl_isend(t, data, mh) : pl_irecv(t, data, mh);
+    if (req) return req;
+    if (now_s() > end) die("timed out after %.0f s: the %s request pool stayed full", g_o.timeout, send ? "send" : "recv");
+    idle();
+  }
+}
+
+// One test(); 1 when done (and checks the size a receive reports).
+static int pl_done(Plug* t, void* req, int recv) {
+  int done = 0, size = -1;
+  tsn_result_t rc = shim_test(&t->net, req, &done, &size);
+  if (rc != TSN_SUCCESS) die("test failed (rc %d)", rc);
+  if (done && recv && (size_t)size != g_o.size) die("a receive reported %d bytes, expected %zu", size, g_o.size);
+  return done;
+}
+
+// ---------------------------------------------------------------- tsnet: latency
+
+// A: ping, wait for the pong; the last ping carries 1 in its first byte.
+static void tsnet_lat_a(Chan ch) {
+  Plug t;
+  pl_open(&t, ch);
+  uint8_t* sbuf = alloc_buf(g_o.size);
+  uint8_t* rbuf = alloc_buf(g_o.size);
+  void* mrs[2] = {pl_reg(&t, t.sc, sbuf, g_o.size), pl_reg(&t, t.rc, rbuf, g_o.size)};
+  void* comms[2] = {t.sc, t.rc};
+  size_t cap = 1 << 16, n = 0;
+  double* us = malloc(cap * sizeof *us);
+  if (!us) die("out of memory");
+  double start = now_s(), mstart = 0;
+  long warm = 0;
+  int measuring = 0, last = 0;
+  void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
+  while (!last) {
+    double t0 = now_s();
+    if (!measuring && t0 - start >= g_o.warmup && warm >= 3) measuring = 1, mstart = t0;
+    if (!measuring) warm++;
+    last = measuring && t0 - mstart >= g_o.duration;
+    sbuf[0] = (uint8_t)last;
+    void* sreq = pl_post(&t, 1, sbuf, mrs[0]);
+    double t1 = 0, end = t0 + g_o.timeout;
+    while (sreq || !t1) {
+      if (sreq && pl_done(&t, sreq, 0)) sreq = NULL;
+      if (!t1 && pl_done(&t, rreq, 1)) t1 = now_s();
+      if (now_s() > end) die("timed out after %.0f s in a ping-pong", g_o.timeout);
+      if (sreq || !t1) idle();
+    }
+    if (!last) rreq = pl_post(&t, 0, rbuf, mrs[1]);  // the next pong's receive, before the next ping
+    if (measuring) {
+      if (n == cap && !(us = realloc(us, (cap *= 2) * sizeof *us))) die("out of memory");
+      us[n++] = (t1 - t0) * 1e6 / 2;
+    }
+  }
+  double seconds = now_s() - mstart;
+  pl_close(&t, ch, mrs, comms, 2);
+  report_lat(us, n, seconds, 0);
+}
+
+// B: wait for a ping, post the next receive, pong.
+static void tsnet_lat_b(Chan ch) {
+  Plug t;
+  pl_open(&t, ch);
+  uint8_t* sbuf = alloc_buf(g_o.size);
+  uint8_t* rbuf = alloc_buf(g_o.size);
+  void* mrs[2] = {pl_reg(&t, t.sc, sbuf, g_o.size), pl_reg(&t, t.rc, rbuf, g_o.size)};
+  void* comms[2] = {t.sc, t.rc};
+  void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
+  for (int last = 0; !last;) {
+    double end = now_s() + g_o.timeout;
+    while (!pl_done(&t, rreq, 1)) {
+      if (now_s() > end) die("timed out after %.0f s waiting for a ping", g_o.timeout);
+      idle();
+    }
+    last = rbuf[0];
+    if (!last) rreq = pl_post(&t, 0, rbuf, mrs[1]);
+    void* sreq = pl_post(&t, 1, sbuf, mrs[0]);
+    while (!pl_done(&t, sreq, 0)) {
+      if (now_s() > end) die("timed out after %.0f s sending a pong", g_o.timeout);
+      idle();
+    }
+  }
+  pl_close(&t, ch, mrs, comms, 2);
+}
+
+// ---------------------------------------------------------------- tsnet: bandwidth
+
+// A: keeps up to --inflight isends in flight until B says stop at (at least) R messages, then
+// tells B how many it sent in all.
+static void tsnet_bw_a(Chan ch) {
+  Plug t;
+  pl_open(&t, ch);
+  uint8_t* sbuf = alloc_buf(g_o.size);
+  void* mrs[1] = {pl_reg(&t, t.sc, sbuf, g_o.size)};
+  void* comms[1] = {t.sc};
+  void* req[MAX_INFLIGHT] = {0};
+  uint64_t posted = 0, stop_at = UINT64_MAX;
+  int busy = 0;
+  double next_look = 0, progress = now_s();
+  while (posted < stop_at || busy) {
+    for (int i = 0; i < g_o.inflight && posted < stop_at; i++)
+      if (!req[i]) {
+        if (!(req[i] = pl_isend(&t, sbuf, mrs[0]))) break;
+        posted++, busy++;
+      }
+    int quiet = 1;
+    for (int i = 0; i < g_o.inflight; i++)
+      if (req[i] && pl_done(&t, req[i], 0)) req[i] = NULL, busy--, quiet = 0;
+    double now = now_s();
+    if (!quiet) progress = now;
+    else if (now - progress > g_o.timeout) die("timed out after %.0f s: no send completed", g_o.timeout);
+    if (stop_at == UINT64_MAX && now >= next_look) {
+      ChMsg m;
+      if (ch_get(ch, CH_STOP, &m, 0)) {
+        stop_at = m.value > posted ? m.value : posted;
+        ch_put(ch, CH_TOTAL, stop_at, NULL);  // at once: B may have to post more receives
+      }
+      next_look = now + 0.001;
+    }
+    if (quiet) idle();
+  }
+  pl_close(&t, ch, mrs, comms, 1);
+}
+
+// B: keeps up to --inflight irecvs posted; measures the receives completed between the end of
+// the warm-up and the stop, then receives whatever A still sends.
+static void tsnet_bw_b(Chan ch) {
+  Plug t;
+  pl_open(&t, ch);
+  size_t nbuf = RECV_POOL_BYTES / (g_o.size ? g_o.size : 1);
+  if (nbuf > (size_t)g_o.inflight) nbuf = (size_t)g_o.inflight;
+  if (nbuf < 1) nbuf = 1;
+  uint8_t* pool = alloc_buf(nbuf * g_o.size);
+  void* mrs[1] = {pl_reg(&t, t.rc, pool, nbuf * g_o.size)};
+  void* comms[1] = {t.rc};
+  void* req[MAX_INFLIGHT] = {0};
+  // total: what A sends in all, once known; until then, after the stop, B posts no more
+  // than it told A (A sends at least that many).
+  uint64_t posted = 0, done = 0, total = UINT64_MAX, limit = UINT64_MAX, c0 = 0, c1 = 0;
+  double start = 0, t0 = 0, t1 = 0, progress = now_s();
+  while (done < total) {
+    for (int i = 0; i < g_o.inflight && posted < limit; i++)
+      if (!req[i]) {
+        if (!(req[i] = pl_irecv(&t, pool + (posted % nbuf) * g_o.size, mrs[0]))) break;
+        posted++;
+      }
+    int quiet = 1;
+    for (int i = 0; i < g_o.inflight; i++)
+      if (req[i] && pl_done(&t, req[i], 1)) req[i] = NULL, done++, quiet = 0;
+    double now = now_s();
+    if (!quiet) progress = now;
+    else if (now - progress > g_o.timeout) die("timed out after %.0f s: no receive completed", g_o.timeout);
+    if (!quiet && !start) start = now;  // the warm-up starts with the first message
+    if (start && !t0 && now - start >= g_o.warmup && done >= 2) t0 = now, c0 = done;
+    if (t0 && !t1 && now - t0 >= g_o.duration && done > c0) {
+      t1 = now, c1 = done, limit = posted;
+      ch_put(ch, CH_STOP, posted, NULL);
+    }
+    if (t1 && total == UINT64_MAX) {
+      ChMsg m;
+      if (ch_get(ch, CH_TOTAL, &m, 0)) total = limit = m.value;
+    }
+    if (quiet) idle();
+  }
+  pl_close(&t, ch, mrs, comms, 1);
+  report_bw((c1 - c0) * g_o.size, c1 - c0, t1 - t0, 0);
+}
+
+// ---------------------------------------------------------------- plain TCP
+
+static void tcp_opts(int fd) {
+  int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)) die("TCP_NODELAY: %s", strerror(errno));
+  struct timeval tv = {.tv_sec = (time_t)g_o.timeout, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+// B: listens on 127.0.0.1, tells A the port, accepts n sockets; A says each one's index first.
+static void tcp_accept_n(Chan ch, int* fds, int n) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  if (l < 0 || bind(l, (struct sockaddr*)&a, sizeof a) || listen(l, n) || getsockname(l, (struct sockaddr*)&a, &al))
+    die("listen on 127.0.0.1: %s", strerror(errno));
+  ch_put(ch, CH_PORT, ntohs(a.sin_port), NULL);
+  for (int i = 0; i < n; i++) {
+    struct pollfd p = {.fd = l, .events = POLLIN};
+    if (poll(&p, 1, (int)(g_o.timeout * 1000)) != 1) die("timed out accepting stream %d of %d", i, n);
+    int fd = accept(l, NULL, NULL);
+    if (fd < 0) die("accept: %s", strerror(errno));
+    tcp_opts(fd);
+    int32_t idx = -1;
+    if (recv(fd, &idx, sizeof idx, MSG_WAITALL) != (ssize_t)sizeof idx || idx < 0 || idx >= n || fds[idx] >= 0)
+      die("stream %d: bad index", i);
+    fds[idx] = fd;
+  }
+  close(l);
+}
+
+static void tcp_connect_n(Chan ch, int* fds, int n) {
+  ChMsg m;
+  ch_wait(ch, CH_PORT, &m, "the peer's port");
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)m.value),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  for (int32_t i = 0; i < n; i++) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr*)&a, sizeof a)) die("connect to 127.0.0.1: %s", strerror(errno));
+    tcp_opts(fd);
+    if (send(fd, &i, sizeof i, MSG_NOSIGNAL) != (ssize_t)sizeof i) die("send: %s", strerror(errno));
+    fds[i] = fd;
+  }
+}
+
+// Blocking send / receive of exactly len bytes; receive returns 0 at a clean end of stream.
+static void send_all(int fd, const uint8_t* p, size_t len) {
+  while (len) {
+    ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) die("send: %s", w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? "timed out" : strerror(errno));
+    p += w, len -= (size_t)w;
+  }
+}
+
+static int recv_all(int fd, uint8_t* p, size_t len, _Atomic uint64_t* count) {
+  size_t want = len;
+  while (len) {
+    ssize_t r = recv(fd, p, len, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0 && len == want) return 0;
+    if (r <= 0) die("recv: %s", r == 0 ? "the stream ended inside a message" : errno == EAGAIN ? "timed out" : strerror(errno));
+    if (count) atomic_fetch_add_explicit(count, (uint64_t)r, memory_order_relaxed);
+    p += r, len -= (size_t)r;
+  }
+  return 1;
+}
+
+static void tcp_lat_a(Chan ch) {
+  int fd = -1;
+  tcp_connect_n(ch, &fd, 1);
+  uint8_t* sbuf = alloc_buf(g_o.size);
+  uint8_t* rbuf = alloc_buf(g_o.size);
+  size_t cap = 1 << 16, n = 0;
+  double* us = malloc(cap * sizeof *us);
+  if (!us) die("out of memory");
+  double start = now_s(), mstart = 0;
+  long warm = 0;
+  int measuring = 0, last = 0;
+  while (!last) {
+    double t0 = now_s();
+    if (!measuring && t0 - start >= g_o.warmup && warm >= 3) measuring = 1, mstart = t0;
+    if (!measuring) warm++;
+    last = measuring && t0 - mstart >= g_o.duration;
+    sbuf[0] = (uint8_t)last;
+    send_all(fd, sbuf, g_o.size);
+    if (!recv_all(fd, rbuf, g_o.size, NULL)) die("the peer closed its socket");
+    double t1 = now_s();
+    if (measuring) {
+      if (n == cap && !(us = realloc(us, (cap *= 2) * sizeof *us))) die("out of memory");
+      us[n++] = (t1 - t0) * 1e6 / 2;
+    }
+  }
+  double seconds = now_s() - mstart;
+  close(fd);
+  report_lat(us, n, seconds, 1);
+}
+
+static void tcp_lat_b(Chan ch) {
+  int fd = -1;
+  tcp_accept_n(ch, &fd, 1);
+  uint8_t* sbuf = alloc_buf(g_o.size);
+  uint8_t* rbuf = alloc_buf(g_o.size);
+  for (int last = 0; !last;) {
+    if (!recv_all(fd, rbuf, g_o.size, NULL)) die("the peer closed its socket");
+    last = rbuf[0];
+    send_all(fd, sbuf, g_o.size);
+  }
+  close(fd);
+}
+
+// The stripes of message after message: which part of each message stream `lane` carries.
+typedef struct Striper {
+  size_t stripe;  // stripe length for this size
+  int lanes;
+  int next;  // lane of the next message's first stripe
+} Striper;
+
+static void striper_init(Striper* s, int lanes) {
+  size_t len = g_o.size / (size_t)lanes;
+  if (len < MIN_STRIPE) len = MIN_STRIPE;
+  s->stripe = (len + STRIPE_ALIGN - 1) / STRIPE_ALIGN * STRIPE_ALIGN;
+  s->lanes = lanes;
+  s->next = 0;
+}
+
+typedef struct Stream {
+  int fd, lane;
+  uint8_t* buf;  // A: the message; B: nbuf messages
+  size_t nbuf;
+  _Atomic int* stop;         // A: set by the main thread
+  _Atomic uint64_t* bytes;   // B: bytes received, all streams
+  pthread_t th;
+} Stream;
+
+// The offsets and lengths of this lane's stripes of the next message (their count); advances.
+static size_t striper_mine(Striper* s, int lane, size_t off[], size_t len[]) {
+  size_t k = 0, i = 0;
+  for (size_t o = 0; o < g_o.size; o += s->stripe, i++)
+    if ((s->next + (int)i) % s->lanes == lane) {
+      off[k] = o;
+      len[k] = g_o.size - o < s->stripe ? g_o.size - o : s->stripe;
+      k++;
+    }
+  if (g_o.size == 0) i = 1;
+  s->next = (s->next + (int)i) % s->lanes;
+  return k;
+}
+
+#define MAX_PARTS 1024
+
+static void* tcp_send_stream(void* arg) {
+  Stream* st = arg;
+  Striper s;
+  striper_init(&s, g_o.streams);
+  size_t off[MAX_PARTS], len[MAX_PARTS];
+  while (!atomic_load_explicit(st->stop, memory_order_relaxed)) {
+    size_t k = striper_mine(&s, st->lane, off, len);
+    for (size_t j = 0; j < k; j++) send_all(st->fd, st->buf + off[j], len[j]);
+  }
+  shutdown(st->fd, SHUT_WR);
+  return NULL;
+}
+
+static void* tcp_recv_stream(void* arg) {
+  Stream* st = arg;
+  Striper s;
+  striper_init(&s, g_o.streams);
+  size_t off[MAX_PARTS], len[MAX_PARTS];
+  for (uint64_t msg = 0;; msg++) {
+    size_t k = striper_mine(&s, st->lane, off, len);
+    uint8_t* base = st->buf + (msg % st->nbuf) * g_o.size;
+    for (size_t j = 0; j < k; j++)
+      if (!recv_all(st->fd, base + off[j], len[j], st->bytes)) return NULL;
+  }
+}
+
+static void tcp_bw_a(Chan ch) {
+  int n = g_o.streams, fds[MAX_STREAMS];
+  tcp_connect_n(ch, fds, n);
+  uint8_t* sbuf = alloc_buf(g_o.size);
+  _Atomic int stop = 0;
+  Stream st[MAX_STREAMS];
+  for (int i = 0; i < n; i++) {
+    st[i] = (Stream){.fd = fds[i], .lane = i, .buf = sbuf, .stop = &stop};
+    if (pthread_create(&st[i].th, NULL, tcp_send_stream, &st[i])) die("pthread_create failed");
+  }
+  ChMsg m;
+  if (!ch_get(ch, CH_STOP, &m, g_o.warmup + g_o.duration + g_o.timeout)) die("timed out waiting for the stop");
+  atomic_store(&stop, 1);
+  for (int i = 0; i < n; i++) pthread_join(st[i].th, NULL);
+  for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+static void tcp_bw_b(Chan ch) {
+  int n = g_o.streams, fds[MAX_STREAMS];
+  for (int i = 0; i < n; i++) fds[i] = -1;
+  tcp_accept_n(ch, fds, n);
+  size_t nbuf = RECV_POOL_BYTES / (g_o.size ? g_o.size : 1);
+  if (nbuf > (size_t)g_o.inflight) nbuf = (size_t)g_o.inflight;
+  if (nbuf < 1) nbuf = 1;
+  uint8_t* pool = alloc_buf(nbuf * g_o.size);
+  _Atomic uint64_t bytes = 0;
+  Stream st[MAX_STREAMS];
+  for (int i = 0; i < n; i++) {
+    st[i] = (Stream){.fd = fds[i], .lane = i, .buf = pool, .nbuf = nbuf, .bytes = &bytes};
+    if (pthread_create(&st[i].th, NULL, tcp_recv_stream, &st[i])) die("pthread_create failed");
+  }
+  double end = now_s() + g_o.timeout;
+  while (atomic_load(&bytes) == 0) {
+    if (now_s() > end) die("timed out waiting for the first bytes");
+    usleep(100);
+  }
+  usleep((useconds_t)(g_o.warmup * 1e6));
+  double t0 = now_s();
+  uint64_t c0 = atomic_load(&bytes);
+  usleep((useconds_t)(g_o.duration * 1e6));
+  double t1 = now_s();
+  uint64_t c1 = atomic_load(&bytes);
+  ch_put(ch, CH_STOP, 0, NULL);
+  for (int i = 0; i < n; i++) pthread_join(st[i].th, NULL);
+  for (int i = 0; i < n; i++) close(fds[i]);
+  report_bw(c1 - c0, (c1 - c0) / (g_o.size ? g_o.size : 1), t1 - t0, n);
+}
+
+// ---------------------------------------------------------------- processes
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]\n"
+          "                   [--streams N] [--inflight K] [--version 6..12] [--lib PATH] [--dev D]\n"
+          "                   [--timeout S] [--spin | --idle-us US] [--verbose]\n");
+  exit(2);
+}
+
+static void role_main(int a, Chan ch) {
+  g_role = a ? "A" : "B";
+  signal(SIGPIPE, SIG_IGN);
+  alarm((unsigned)(g_o.warmup + g_o.duration + 4 * g_o.timeout) + 1);  // the backstop of every wait
+  switch (g_o.mode) {
+    case M_TSNET_LAT: a ? tsnet_lat_a(ch) : tsnet_lat_b(ch); break;
+    case M_TSNET_BW: a ? tsnet_bw_a(ch) : tsnet_bw_b(ch); break;
+    case M_TCP_LAT: a ? tcp_lat_a(ch) : tcp_lat_b(ch); break;
+    case M_TCP_BW: a ? tcp_bw_a(ch) : tcp_bw_b(ch); break;
+  }
+  fflush(stdout);
+  _exit(0);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) usage();
+  int found = 0;
+  for (int m = 0; m < 4; m++)
+    if (!strcmp(argv[1], k_mode_names[m])) g_o.mode = (Mode)m, found = 1;
+  if (!found) usage();
+  int have_size = 0;
+  for (int i = 2; i < argc; i++) {
+    const char* a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--spin")) g_o.spin = 1;
+    else if (!strcmp(a, "--verbose")) g_o.verbose = 1;
+    else if (!v) usage();
+    else if (!strcmp(a, "--size")) g_o.size = strtoull(v, NULL, 10), have_size = 1, i++;
+    else if (!strcmp(a, "--duration")) g_o.duration = atof(v), i++;
+    else if (!strcmp(a, "--warmup")) g_o.warmup = atof(v), i++;
+    else if (!strcmp(a, "--streams")) g_o.streams = atoi(v), i++;
+    else if (!strcmp(a, "--inflight")) g_o.inflight = atoi(v), i++;
+    else if (!strcmp(a, "--version")) g_o.version = atoi(v), i++;
+    else if (!strcmp(a, "--lib")) g_o.lib = v, i++;
+    else if (!strcmp(a, "--dev")) g_o.dev = atoi(v), i++;
+    else if (!strcmp(a, "--timeout")) g_o.timeout = atof(v), i++;
+    else if (!strcmp(a, "--idle-us")) g_o.idle_us = atoi(v), i++;
+    else usage();
+  }
+  if (!have_size || g_o.size < 1 || g_o.size > ((size_t)1 << 30)) die("--size must be 1 .. 2^30 bytes");
+  if (g_o.streams < 1 || g_o.streams > MAX_STREAMS) die("--streams must be 1 .. %d", MAX_STREAMS);
+  if (g_o.inflight < 1 || g_o.inflight > MAX_INFLIGHT) die("--inflight must be 1 .. %d", MAX_INFLIGHT);
+  if (g_o.duration <= 0 || g_o.warmup < 0 || g_o.timeout <= 0) die("bad --duration, --warmup or --timeout");
+  if (g_o.mode == M_TCP_LAT) g_o.streams = 1;
+  if ((g_o.size + MIN_STRIPE - 1) / MIN_STRIPE > MAX_PARTS) die("--size too large for the stripe table");
+
+  // Two pipes: A -> B and B -> A.
+  int ab[2], ba[2];
+  if (pipe(ab) || pipe(ba)) die("pipe: %s", strerror(errno));
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pb = fork();
+  if (pb < 0) die("fork: %s", strerror(errno));
+  if (pb == 0) {
+    close(ab[1]), close(ba[0]);
+    role_main(0, (Chan){.rfd = ab[0], .wfd = ba[1]});
+  }
+  pid_t pa = fork();
+  if (pa < 0) {
+    kill(pb, SIGKILL);
+    die("fork: %s", strerror(errno));
+  }
+  if (pa == 0) {
+    close(ab[0]), close(ba[1]);
+    role_main(1, (Chan){.rfd = ba[0], .wfd = ab[1]});
+  }
+  close(ab[0]), close(ab[1]), close(ba[0]), close(ba[1]);
+
+  // Wait for both; when one fails, the other is stopped.
+  double end = now_s() + g_o.warmup + g_o.duration + 4 * g_o.timeout + 5;
+  int left = 2, failed = 0;
+  pid_t pids[2] = {pa, pb};
+  const char* names[2] = {"A", "B"};
+  while (left) {
+    int status = 0;
+    pid_t w = waitpid(-1, &status, WNOHANG);
+    if (w == 0) {
+      if (now_s() > end) {
+        fprintf(stderr, "tsnet-bench: the measurement did not finish in time; stopping it\n");
+        for (int i = 0; i < 2; i++)
+          if (pids[i] > 0) kill(pids[i], SIGKILL);
+        failed = 1;
+        end = now_s() + 5;
+      }
+      usleep(2000);
+      continue;
+    }
+    if (w < 0) break;
+    for (int i = 0; i < 2; i++)
+      if (pids[i] == w) {
+        pids[i] = 0;
+        left--;
+        int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        if (!ok) {
+          if (WIFSIGNALED(status))
+            fprintf(stderr, "tsnet-bench: process %s died of signal %d\n", names[i], WTERMSIG(status));
+          failed = 1;
+          for (int j = 0; j < 2; j++)
+            if (pids[j] > 0) kill(pids[j], SIGKILL);
+        }
+      }
+  }
+  return failed ? 1 : 0;
+}
