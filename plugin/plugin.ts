@@ -266,7 +266,7 @@ export class Plugin {
 
     setNetAttr: (a) => {
       this.need(this.ctxs, a.ctx, 'context');
-      log.info(`setNetAttr: ${JSON.stringify(a)}`);
+      log.trace(() => `setNetAttr: ${JSON.stringify(a)}`);
       return {};
     },
   };
