@@ -96,7 +96,9 @@ export function runOne(s: RunSpec): Promise<Measurement> {
           why = `unreadable output: ${line}`;
         }
       } else if (!why) why = 'no result line';
-      if (why) m.error = `${why}${err.trim() ? `: ${err.trim().split('\n').slice(-4).join(' | ')}` : ''}`;
+      // The reasons, not the JS stack frames under them.
+      const lines = err.split('\n').filter((l) => l.trim() !== '' && !/^\s+at /.test(l));
+      if (why) m.error = `${why}${lines.length ? `: ${lines.slice(-4).join(' | ')}` : ''}`;
       resolve(m);
     };
     child.on('error', (e) => finish(`cannot start ${BENCH_BIN}: ${e.message}`));
