@@ -1987,10 +1987,10 @@ static void run_isolated(const Scenario* s, int version) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: driver <scenario|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
+          "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
           "  scenarios: tables transfer inflight grouped marker badinput lifecycle killpeer stranger bulk\n"
-          "  --version N   table version 6..12 (default: 12; 'all' runs 6..12 unless given)\n"
+          "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"
           "  --role R      run only the send or the recv role of each pair; the other role is another\n"
@@ -2008,7 +2008,7 @@ int main(int argc, char** argv) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--verbose")) g_verbose = 1;
-    else if (v && !strcmp(a, "--version")) version = atoi(v), i++;
+    else if (v && !strcmp(a, "--version")) version = strcmp(v, "all") ? atoi(v) : -1, i++;
     else if (v && !strcmp(a, "--lib")) g_lib = v, i++;
     else if (v && !strcmp(a, "--procs")) g_procs = atoi(v), i++;
     else if (v && !strcmp(a, "--dev")) g_dev = atoi(v), i++;
@@ -2026,19 +2026,24 @@ int main(int argc, char** argv) {
   }
   if (g_procs != 1 && g_procs != 2) return fprintf(stderr, "--procs must be 1 or 2\n"), 2;
   if ((g_role != ROLE_BOTH) != (g_rdv != NULL)) return fprintf(stderr, "--role and --rendezvous go together\n"), 2;
-  if (version && (version < SHIM_MIN_VERSION || version > SHIM_MAX_VERSION))
+  if (version > 0 && (version < SHIM_MIN_VERSION || version > SHIM_MAX_VERSION))
     return fprintf(stderr, "--version must be %d..%d\n", SHIM_MIN_VERSION, SHIM_MAX_VERSION), 2;
-  int lo = version ? version : (strcmp(what, "all") ? SHIM_MAX_VERSION : SHIM_MIN_VERSION);
-  int hi = version ? version : SHIM_MAX_VERSION;
+  int lo = version > 0 ? version : (strcmp(what, "all") && !version ? SHIM_MAX_VERSION : SHIM_MIN_VERSION);
+  int hi = version > 0 ? version : SHIM_MAX_VERSION;
   int ran = 0;
   for (int v = lo; v <= hi; v++)
     for (int i = 0; i < NSCENARIOS; i++) {
       const Scenario* s = &SCENARIOS[i];
-      int all = !strcmp(what, "all");
-      if (all ? !s->in_all : strcmp(what, s->name)) continue;
+      int all = !strcmp(what, "all"), listed = 0;
+      for (const char* p = what; !all && *p;) {  // a name, or several separated by commas
+        size_t len = strcspn(p, ",");
+        if (len == strlen(s->name) && !strncmp(p, s->name, len)) listed = 1;
+        p += len + (p[len] == ',');
+      }
+      if (all ? !s->in_all : !listed) continue;
       ran++;
       if ((g_procs == 2 && s->kind == ONE_PROC) || (g_role != ROLE_BOTH && s->kind != PAIR)) {
-        if (!all) return fprintf(stderr, "%s does not run with %s\n", s->name, g_role ? "--role" : "--procs 2"), 2;
+        if (!all && !strchr(what, ',')) return fprintf(stderr, "%s does not run with %s\n", s->name, g_role ? "--role" : "--procs 2"), 2;
         continue;
       }
       run_isolated(s, v);
