@@ -1,0 +1,32 @@
+// Builds the C driver (test/driver/driver.c + shim.c) into build/test/driver when it is
+// missing or older than a source; shared by the driver and netns suites.
+import { execFileSync } from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+
+export const ROOT = path.resolve(__dirname, '../..');
+export const LIB = path.join(ROOT, 'build/libnccl-net-tsnet.so');
+export const BIN = path.join(ROOT, 'build/test/driver');
+const SOURCES = ['test/driver/driver.c', 'test/driver/shim.c'].map((s) => path.join(ROOT, s));
+const DEPS = [...SOURCES, path.join(ROOT, 'test/driver/shim.h'), path.join(ROOT, 'native/generated/tsnet_abi.h')];
+
+export function buildDriver(): string {
+  const built = fs.existsSync(BIN) ? fs.statSync(BIN).mtimeMs : 0;
+  if (DEPS.some((d) => fs.statSync(d).mtimeMs > built)) {
+    fs.mkdirSync(path.dirname(BIN), { recursive: true });
+    // Built under a temporary name and renamed: a suite running the old binary meanwhile is unaffected.
+    const tmp = `${BIN}.${process.pid}.tmp`;
+    execFileSync(
+      'cc',
+      ['-std=c11', '-O2', '-Wall', '-Wextra', '-Werror', '-I', path.join(ROOT, 'native/generated'), ...SOURCES, '-o', tmp, '-ldl'],
+      { stdio: 'pipe' },
+    );
+    fs.renameSync(tmp, BIN);
+  }
+  return BIN;
+}
+
+/** Fails with a clear message when the library has not been built. */
+export function requireLib(): void {
+  if (!fs.existsSync(LIB)) throw new Error(`${LIB} is missing: run \`npm run build\` first`);
+}
