@@ -33,6 +33,12 @@ struct Plugin {
   napi_async_context async = nullptr;
   uv_async_t wake;
   std::unordered_map<uint32_t, Comm*> comms;
+  // Busy-poll window: after activity the loop polls without sleeping for spinNs, so a reply
+  // or the next post is seen without an epoll wake-up; then it sleeps again.
+  uv_idle_t spin;
+  bool spinning = false;
+  uint64_t spinNs = 0;
+  uint64_t lastActivity = 0;
 };
 Plugin* P = nullptr;
 
@@ -107,7 +113,14 @@ void drainPosted() {
   }
 }
 
+void onSpin(uv_idle_t*) {
+  if (uv_hrtime() - P->lastActivity < P->spinNs) return;
+  uv_idle_stop(&P->spin);
+  P->spinning = false;
+}
+
 void pump(uv_async_t*) {
+  markActivity();
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
   do drainPosted();
@@ -139,6 +152,7 @@ Napi::Value Start(const Napi::CallbackInfo& info) {
   uv_loop_s* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
   uv_async_init(loop, &P->wake, pump);
+  uv_idle_init(loop, &P->spin);
   hostReady(reinterpret_cast<uv_async_s*>(&P->wake));
   Napi::Object out = Napi::Object::New(env);
   out.Set("mailbox", mailbox);
@@ -176,6 +190,13 @@ Napi::Value Complete(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// setSpin(us): the busy-poll window after activity; 0 never spins.
+Napi::Value SetSpin(const Napi::CallbackInfo& info) {
+  double us = info[0].As<Napi::Number>().DoubleValue();
+  P->spinNs = us > 0 ? static_cast<uint64_t>(us * 1000) : 0;
+  return info.Env().Undefined();
+}
+
 Napi::Value Log(const Napi::CallbackInfo& info) {
   int level = info[0].As<Napi::Number>().Int32Value();
   unsigned long flags = static_cast<unsigned long>(info[1].As<Napi::Number>().Int64Value());
@@ -192,8 +213,18 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("loadFailed", Napi::Function::New(e, LoadFailed, "loadFailed"));
   o.Set("complete", Napi::Function::New(e, Complete, "complete"));
   o.Set("log", Napi::Function::New(e, Log, "log"));
+  o.Set("setSpin", Napi::Function::New(e, SetSpin, "setSpin"));
   ioRegister(env, exports);
   return exports;
+}
+
+void markActivity() {
+  if (!P || !P->spinNs) return;
+  P->lastActivity = uv_hrtime();
+  if (!P->spinning) {
+    uv_idle_start(&P->spin, onSpin);
+    P->spinning = true;
+  }
 }
 
 void commRegister(Comm* comm) { P->comms[comm->jsId] = comm; }

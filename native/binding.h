@@ -28,6 +28,9 @@ tsn_result_t jsCloseListen(uint32_t listenId);
 tsn_result_t jsFinalize(uint32_t ctxId);
 tsn_result_t jsSetNetAttr(uint32_t ctxId, const tsn_net_attr_t* attr);
 
+// Something happened on the plugin thread: keeps the busy-poll window open (TSNET_SPIN_US).
+void markActivity();
+
 // Comms the plugin may complete requests of (plugin thread only).
 void commRegister(Comm* comm);
 void commForget(Comm* comm);

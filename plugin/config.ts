@@ -22,6 +22,12 @@ export interface Config {
   socketFamily: 4 | 6 | undefined;
   /** Interfaces joined into one device: `a+b,c` (TSNET_DEVICE_GROUPS). */
   deviceGroups: string | undefined;
+  /** Who moves socket bytes: native I/O threads, or the plugin thread through Node sockets. */
+  io: 'native' | 'node';
+  /** Native I/O threads in the process. */
+  ioThreads: number;
+  /** µs the plugin thread keeps polling after activity before it sleeps (0: never spins). */
+  spinUs: number;
   /** Seconds without progress on a link with work pending before it is declared dead. */
   timeoutSec: number;
 }
@@ -112,6 +118,18 @@ export function readConfig(env: Env = process.env): { config: Config; lines: str
   const gSrc = pick(env, ['TSNET_DEVICE_GROUPS']);
   if (gSrc) note('device groups', gSrc.value, gSrc);
 
+  const ioSrc = pick(env, ['TSNET_IO']);
+  const io = (ioSrc?.value ?? 'native').toLowerCase();
+  if (io !== 'native' && io !== 'node') throw invalidArgument(`TSNET_IO=${ioSrc?.value}: expected native or node`);
+  if (transport === 'tcp') note('socket I/O', io, ioSrc);
+  const itSrc = pick(env, ['TSNET_IO_THREADS']);
+  const ioThreads = itSrc ? int(itSrc, 1, 64) : 8;
+  if (transport === 'tcp' && io === 'native') note('I/O threads', ioThreads, itSrc);
+
+  const spSrc = pick(env, ['TSNET_SPIN_US']);
+  const spinUs = spSrc ? int(spSrc, 0, 1_000_000) : 100;
+  note('busy-poll window us', spinUs, spSrc);
+
   const toSrc = pick(env, ['TSNET_TIMEOUT_SEC']);
   const timeoutSec = toSrc ? int(toSrc, 1, 3600) : 10;
   note('link timeout seconds', timeoutSec, toSrc);
@@ -126,6 +144,9 @@ export function readConfig(env: Env = process.env): { config: Config; lines: str
       socketIfname: iSrc?.value,
       socketFamily,
       deviceGroups: gSrc?.value,
+      io: io as 'native' | 'node',
+      ioThreads,
+      spinUs,
       timeoutSec,
     },
     lines,

@@ -4,7 +4,7 @@
 import { LogLevel } from './abi';
 import { log, setLogSink } from './log';
 import type { Binding } from './native';
-import { Plugin } from './plugin';
+import { Plugin, makeTransport } from './plugin';
 
 const binding = (process as unknown as { _linkedBinding(name: string): Binding })._linkedBinding('tsnet');
 
@@ -23,7 +23,12 @@ Object.assign(console, {
 process.on('uncaughtException', (e) => log.warn(`uncaught exception in the plugin: ${e?.stack ?? e}`));
 process.on('unhandledRejection', (e) => log.warn(`unhandled rejection in the plugin: ${(e as Error)?.stack ?? e}`));
 
-const plugin = new Plugin((comm, slot, result, sizes) => binding.complete(comm, slot, result, ...sizes));
+const plugin = new Plugin(
+  (comm, slot, result, sizes) => binding.complete(comm, slot, result, ...sizes),
+  (config) => makeTransport(config, binding),
+  process.env,
+  (config) => binding.setSpin(config.spinUs),
+);
 const started = binding.start({
   control: (op, args) => plugin.control(op, args),
   data: (count) => plugin.data(started.mailbox, count, started.recordStride, started.recordHead),

@@ -21,6 +21,8 @@ export interface Binding {
   /** Ends a posted request: result code, then the sizes (one per buffer for irecv). */
   complete(comm: number, slot: number, result: number, ...sizes: number[]): void;
   log(level: number, flags: number, msg: string): void;
+  /** The plugin thread polls without sleeping for this many µs after activity (0: never). */
+  setSpin(us: number): void;
   /** Starts the native I/O threads (once); onDone(count): count (opId, status) pairs wait in completions. */
   ioStart(threads: number, onDone: (count: number) => void): { completions: Float64Array; records: number; threads: number };
   /** Takes over a connected TCP socket (dup'd; the caller closes its own); returns a lane id. */

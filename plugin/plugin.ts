@@ -11,6 +11,7 @@ import { propertiesOf } from './properties';
 import { Receiver, type RecvBuf } from './protocol/receiver';
 import { type Complete, Sender } from './protocol/sender';
 import { LoopbackTransport } from './transports/loopback';
+import { type IoBinding, NativeIo, adoptSocket } from './transports/native-lane';
 import { TcpTransport } from './transports/tcp';
 import type { Connector, Listener, Transport } from './transports/transport';
 
@@ -50,6 +51,8 @@ export class Plugin {
     private readonly complete: CompleteFn,
     private readonly makeTransport: TransportFactory = defaultTransport,
     private readonly env: Record<string, string | undefined> = process.env,
+    /** Told the configuration once it is read (the host sets its busy-poll window). */
+    private readonly onConfig?: (config: Config) => void,
   ) {}
 
   /** Runs a control call; every failure becomes { result } with a WARN naming it. */
@@ -154,6 +157,7 @@ export class Plugin {
         const { config, lines } = readConfig(this.env);
         this.transport = this.makeTransport(config);
         this.config = config;
+        this.onConfig?.(config);
         for (const l of lines) log.info(`config: ${l}`);
         log.info(`transport ${this.transport.name}, ${this.transport.devices.length} device(s)`);
       }
@@ -272,6 +276,14 @@ export class Plugin {
   };
 }
 
-function defaultTransport(config: Config): Transport {
-  return config.transport === 'loopback' ? new LoopbackTransport(config) : new TcpTransport(config);
+/** The configured transport; TCP moves its bytes on native I/O threads when io is given. */
+export function makeTransport(config: Config, io?: IoBinding): Transport {
+  if (config.transport === 'loopback') return new LoopbackTransport(config);
+  if (config.io === 'native' && io) {
+    const engine = NativeIo.get({ threads: config.ioThreads, binding: io });
+    return new TcpTransport(config, (sock) => adoptSocket(sock, engine));
+  }
+  return new TcpTransport(config);
 }
+
+const defaultTransport: TransportFactory = (config) => makeTransport(config);

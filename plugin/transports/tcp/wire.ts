@@ -42,6 +42,7 @@ export function encodeHandle(h: Handle): Uint8Array {
 
 export function decodeHandle(bytes: Uint8Array): Handle {
   const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length);
+  if (b.length < 16) throw invalidArgument(`the handle has ${b.length} bytes, fewer than its header`);
   const magic = b.readUInt32LE(0);
   if (magic !== HANDLE_MAGIC)
     throw invalidArgument(`the handle is not a tsnet TCP handle (magic 0x${magic.toString(16)})`);
@@ -50,6 +51,7 @@ export function decodeHandle(bytes: Uint8Array): Handle {
     throw invalidArgument(`the handle speaks protocol ${version}, this tsnet speaks ${PROTOCOL_VERSION}`);
   const n = b.readUInt8(6);
   if (n < 1 || n > MAX_RAILS) throw invalidArgument(`the handle names ${n} rails`);
+  if (b.length < 16 + 20 * n) throw invalidArgument(`the handle has ${b.length} bytes, too few for its ${n} rail(s)`);
   const rails: RailAddr[] = [];
   for (let i = 0; i < n; i++) {
     const at = 16 + 20 * i;
@@ -64,19 +66,31 @@ export function decodeHandle(bytes: Uint8Array): Handle {
 
 function addrBytes(r: RailAddr): Buffer {
   const out = Buffer.alloc(16);
-  if (r.family === 4) r.address.split('.').forEach((x, i) => out.writeUInt8(Number(x), i));
-  else {
-    const full = expand6(r.address);
-    for (let i = 0; i < 8; i++) out.writeUInt16BE(parseInt(full[i], 16), 2 * i);
+  if (r.family === 4) {
+    if (!net.isIPv4(r.address)) throw invalidArgument(`${r.address} is not an IPv4 address`);
+    r.address.split('.').forEach((x, i) => out.writeUInt8(Number(x), i));
+  } else {
+    if (!net.isIPv6(r.address)) throw invalidArgument(`${r.address} is not an IPv6 address`);
+    expand6(r.address).forEach((g, i) => out.writeUInt16BE(g, 2 * i));
   }
   return out;
 }
 
-function expand6(a: string): string[] {
+// The eight 16-bit groups of an IPv6 address, with :: expanded and a dotted IPv4 tail
+// (::ffff:1.2.3.4) turned into its two groups.
+function expand6(a: string): number[] {
+  const groups = (part: string) => {
+    if (!part) return [];
+    return part.split(':').flatMap((g) => {
+      if (!g.includes('.')) return [parseInt(g, 16)];
+      const [w, x, y, z] = g.split('.').map(Number);
+      return [(w << 8) | x, (y << 8) | z];
+    });
+  };
   const [head, tail] = a.split('::');
-  const h = head ? head.split(':') : [];
-  const t = tail !== undefined && tail ? tail.split(':') : [];
-  return [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
+  const h = groups(head);
+  const t = tail === undefined ? [] : groups(tail);
+  return [...h, ...Array(8 - h.length - t.length).fill(0), ...t];
 }
 
 function ipv6(raw: Buffer): string {
