@@ -1512,12 +1512,6 @@ static void __attribute__((noreturn)) kp_side(int version, int sender, int hfd, 
   for (;;) {
     char k;
     if (!killed_at && downfd >= 0 && read(downfd, &k, 1) == 1) killed_at = now_s();
-    // An error with no word of the kill yet: the word may be on its way (it is written just
-    // before the kill); wait a moment for it before calling the error early.
-    if (errors && !killed_at && downfd >= 0 && read_full(downfd, &k, 1, now_s() + 1.0)) {
-      killed_at = now_s();
-      early_errors = 0;
-    }
     double t = now_s();
     if (killed_at && t > killed_at + KP_BUDGET) break;
     if (!killed_at && t > stream_end) {
@@ -1571,6 +1565,12 @@ static void __attribute__((noreturn)) kp_side(int version, int sender, int hfd, 
         ssize_t w = write(upfd, "P", 1);
         (void)w;
       }
+    }
+    // An error with no word of the kill yet: the word may be on its way (it is written just
+    // before the kill); wait a moment for it before calling the error early.
+    if (errors && !killed_at && downfd >= 0 && read_full(downfd, &k, 1, now_s() + 1.0)) {
+      killed_at = now_s();
+      early_errors = 0;
     }
     if (killed_at && errors && pending == 0) break;
     if (errors && !killed_at && pending == 0) {
