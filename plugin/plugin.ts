@@ -12,7 +12,7 @@ import { Receiver, type RecvBuf } from './protocol/receiver';
 import { type Complete, Sender } from './protocol/sender';
 import { LoopbackTransport } from './transports/loopback';
 import { type IoBinding, NativeIo, adoptSocket } from './transports/native-lane';
-import { TcpTransport } from './transports/tcp';
+import { TcpTransport, nodeLanes } from './transports/tcp';
 import type { Connector, Listener, Transport } from './transports/transport';
 
 export type CompleteFn = (comm: number, slot: number, result: number, sizes: number[]) => void;
@@ -109,6 +109,15 @@ export class Plugin {
     }
   }
 
+  // Heartbeats and dead-peer detection for every comm (protocol/liveness.ts).
+  private startWatchdog(timeoutMs: number): void {
+    const every = Math.max(50, Math.min(1000, timeoutMs / 4));
+    setInterval(() => {
+      const now = Date.now();
+      for (const c of this.comms.values()) c.engine.tick(now, timeoutMs);
+    }, every).unref();
+  }
+
   private settle(comm: Comm, slot: number, code: ResultCode, sizes: number[]): void {
     for (const r of comm.inflight.get(slot) ?? []) r.inflight--;
     comm.inflight.delete(slot);
@@ -158,6 +167,7 @@ export class Plugin {
         this.transport = this.makeTransport(config);
         this.config = config;
         this.onConfig?.(config);
+        this.startWatchdog(config.timeoutSec * 1000);
         for (const l of lines) log.info(`config: ${l}`);
         log.info(`transport ${this.transport.name}, ${this.transport.devices.length} device(s)`);
       }
@@ -280,8 +290,10 @@ export class Plugin {
 export function makeTransport(config: Config, io?: IoBinding): Transport {
   if (config.transport === 'loopback') return new LoopbackTransport(config);
   if (config.io === 'native' && io) {
+    // Bulk bytes (the data lanes) move on native I/O threads; the control lane (headers, small
+    // messages, ACKs) stays on the plugin thread, one hop shorter for small messages.
     const engine = NativeIo.get({ threads: config.ioThreads, binding: io });
-    return new TcpTransport(config, (sock) => adoptSocket(sock, engine));
+    return new TcpTransport(config, (sock, onFail, i) => (i === 0 ? nodeLanes(sock, onFail, i) : adoptSocket(sock, engine)));
   }
   return new TcpTransport(config);
 }

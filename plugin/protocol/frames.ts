@@ -3,6 +3,8 @@
 // sender -> receiver: MSG (a message header; payload follows inline when EAGER), CLOSE
 // receiver -> sender: ACK (every message up to seq was matched), NACK (seq failed; size is
 // the receive's size), CLOSE
+// either way: HEARTBEAT, sent by a side that wrote nothing for a while, so that its peer can
+// tell a quiet link from a dead one
 export const FRAME_BYTES = 24;
 
 export const enum FrameType {
@@ -10,6 +12,7 @@ export const enum FrameType {
   ACK = 2,
   NACK = 3,
   CLOSE = 4,
+  HEARTBEAT = 5,
 }
 
 export const FLAG_EAGER = 1;
@@ -45,7 +48,7 @@ export function decodeFrame(buf: Uint8Array): Frame | string {
     seq: dv.getFloat64(8, true),
     size: dv.getFloat64(16, true),
   };
-  if (type < FrameType.MSG || type > FrameType.CLOSE) return `unknown frame type ${type}`;
+  if (type < FrameType.MSG || type > FrameType.HEARTBEAT) return `unknown frame type ${type}`;
   if (dv.getUint16(2, true) !== 0) return 'reserved bytes are not zero';
   if (!Number.isSafeInteger(f.seq) || f.seq < -1) return `bad sequence number ${f.seq}`;
   if (!Number.isSafeInteger(f.size) || f.size < 0) return `bad size ${f.size}`;

@@ -9,6 +9,7 @@ import { log } from '../log';
 import type { Lane, Link } from '../transports/lane';
 import { FLAG_EAGER, FRAME_BYTES, type Frame, FrameType, decodeFrame, encodeFrame } from './frames';
 import { type PostedRecv, type RecvBuffer, assign, fullyAssigned, newPostedRecv } from './matching';
+import { Liveness } from './liveness';
 import { type SchedulePolicy, stripes } from './schedule';
 import type { Complete } from './sender';
 
@@ -18,6 +19,7 @@ export interface RecvBuf extends RecvBuffer {
 
 interface Arrival {
   recv: PostedRecv<RecvBuf>;
+  seq: number;
   left: number; // bytes still to come
 }
 
@@ -39,9 +41,11 @@ export class Receiver {
   private readonly laneQueues: Expect[][];
   private readonly laneBusy: boolean[];
   private scratch: Uint8Array | undefined;
-  private ackSeq = -1;
+  private ackSeq = -1; // every message up to here has fully arrived
+  private readonly arrivedAhead = new Set<number>(); // arrived while an earlier one had not
   private ackQueued = false;
   private failed: NetError | undefined;
+  private readonly liveness: Liveness;
 
   constructor(
     private readonly link: Link,
@@ -51,8 +55,16 @@ export class Receiver {
   ) {
     this.laneQueues = link.data.map(() => []);
     this.laneBusy = link.data.map(() => false);
+    this.liveness = new Liveness(name);
     link.onFail((err) => this.fail(remoteError(`${name}: ${err.message}`)));
     this.readFrame();
+  }
+
+  /** Periodic: heartbeats and the dead-peer check (see Liveness). */
+  tick(now: number, timeoutMs: number): void {
+    if (this.failed) return;
+    const err = this.liveness.tick(now, timeoutMs, this.posted.length, this.link.control);
+    if (err) this.fail(err);
   }
 
   irecv(slot: number, bufs: RecvBuf[]): void {
@@ -90,8 +102,10 @@ export class Receiver {
     this.link.control.read(this.frame, (err) => {
       if (this.failed) return;
       if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      this.liveness.heardNow();
       const f = decodeFrame(this.frame);
       if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the sender: ${f}`));
+      if (f.type === FrameType.HEARTBEAT) return this.readFrame();
       if (f.type === FrameType.CLOSE) return this.fail(remoteError(`${this.name}: the sender closed the connection`));
       if (f.type !== FrameType.MSG)
         return this.fail(remoteError(`${this.name}: protocol error: unexpected frame type ${f.type} from the sender`));
@@ -114,8 +128,7 @@ export class Receiver {
       this.sendFrame(FrameType.NACK, f.seq, recv.bufs[m.index].size);
       this.failRecv(recv, invalidUsage(`${this.name}: ${m.reason}`));
     }
-    this.queueAck(f.seq);
-    const arrival: Arrival = { recv, left: f.size };
+    const arrival: Arrival = { recv, seq: f.seq, left: f.size };
     const dest = recv.failed ? null : recv.bufs[m.index].view.subarray(0, f.size);
     if (f.size === 0) {
       this.arrived(arrival);
@@ -151,6 +164,7 @@ export class Receiver {
     lane.read(piece, (err) => {
       if (this.failed) return;
       if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      this.liveness.heardNow();
       e.left -= piece.length;
       e.arrival.left -= piece.length;
       if (e.arrival.left === 0) this.arrived(e.arrival);
@@ -160,6 +174,7 @@ export class Receiver {
   }
 
   private arrived(a: Arrival): void {
+    this.queueAck(a.seq);
     const r = a.recv;
     if (++r.arrived < r.bufs.length) return;
     this.posted.splice(this.posted.indexOf(r), 1);
@@ -177,9 +192,13 @@ export class Receiver {
       for (const e of this.laneQueues[i]) if (e.arrival.recv === r && !(this.laneBusy[i] && e === this.laneQueues[i][0])) e.view = null;
   }
 
+  // A send completes once its bytes have fully arrived: the ACK says every message up to
+  // ackSeq has. Messages arrive out of order over the data lanes, so later ones wait here.
   private queueAck(seq: number): void {
-    this.ackSeq = seq;
-    if (this.ackQueued) return;
+    this.arrivedAhead.add(seq);
+    const before = this.ackSeq;
+    while (this.arrivedAhead.delete(this.ackSeq + 1)) this.ackSeq++;
+    if (this.ackSeq === before || this.ackQueued) return;
     this.ackQueued = true;
     queueMicrotask(() => {
       this.ackQueued = false;
@@ -188,6 +207,7 @@ export class Receiver {
   }
 
   private sendFrame(type: FrameType, seq: number, size: number): void {
+    this.liveness.wroteNow();
     this.link.control.write([encodeFrame({ type, flags: 0, tag: 0, seq, size })], (err) => {
       if (err && !this.failed) this.fail(remoteError(`${this.name}: ${err.message}`));
     });

@@ -7,6 +7,7 @@ import { NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
 import type { Link } from '../transports/lane';
 import { FLAG_EAGER, FRAME_BYTES, FrameType, decodeFrame, encodeFrame } from './frames';
+import { Liveness } from './liveness';
 import { type SchedulePolicy, isEager, stripes } from './schedule';
 
 export type Complete = (slot: number, code: ResultCode, sizes: number[]) => void;
@@ -27,6 +28,7 @@ export class Sender {
   private readonly ops: SendOp[] = []; // in sequence order
   private failed: NetError | undefined;
   private readonly frame = new Uint8Array(FRAME_BYTES);
+  private readonly liveness: Liveness;
 
   constructor(
     private readonly link: Link,
@@ -34,8 +36,16 @@ export class Sender {
     private readonly complete: Complete,
     private readonly name: string,
   ) {
+    this.liveness = new Liveness(name);
     link.onFail((err) => this.fail(remoteError(`${name}: ${err.message}`)));
     this.readFrame();
+  }
+
+  /** Periodic: heartbeats and the dead-peer check (see Liveness). */
+  tick(now: number, timeoutMs: number): void {
+    if (this.failed) return;
+    const err = this.liveness.tick(now, timeoutMs, this.ops.length, this.link.control);
+    if (err) this.fail(err);
   }
 
   isend(slot: number, view: Uint8Array, tag: number): void {
@@ -54,6 +64,7 @@ export class Sender {
       this.settle();
     };
     op.writes++;
+    this.liveness.wroteNow();
     this.link.control.write(eager && size > 0 ? [header, view] : [header], wrote);
     if (!eager) {
       const parts = stripes(size, this.nextLane, this.policy);
@@ -101,6 +112,7 @@ export class Sender {
     this.link.control.read(this.frame, (err) => {
       if (this.failed) return;
       if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      this.liveness.heardNow();
       const f = decodeFrame(this.frame);
       if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the receiver: ${f}`));
       if (f.type === FrameType.ACK) {
@@ -115,6 +127,8 @@ export class Sender {
           log.warn(e.message);
           op.code = e.code;
         }
+      } else if (f.type === FrameType.HEARTBEAT) {
+        // the receiver is alive
       } else if (f.type === FrameType.CLOSE) {
         return this.fail(remoteError(`${this.name}: the receiver closed the connection`));
       } else {

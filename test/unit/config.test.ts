@@ -30,6 +30,10 @@ describe('readConfig defaults', () => {
       minStripe: 128 * KiB,
       socketIfname: undefined,
       socketFamily: undefined,
+      deviceGroups: undefined,
+      io: 'native',
+      ioThreads: 8,
+      spinUs: 100,
       timeoutSec: 10,
     });
   });
@@ -40,6 +44,9 @@ describe('readConfig defaults', () => {
       'data sockets per comm = 4 (default)',
       'eager max bytes = 16384 (default)',
       'min stripe bytes = 131072 (default)',
+      'socket I/O = native (default)',
+      'I/O threads = 8 (default)',
+      'busy-poll window us = 100 (default)',
       'link timeout seconds = 10 (default)',
     ]);
   });
@@ -202,6 +209,7 @@ describe('readConfig parses each variable', () => {
       'min stripe bytes = 65536 (TSNET_MIN_STRIPE)',
       'interfaces = lo (NCCL_SOCKET_IFNAME)',
       'address family = AF_INET (NCCL_SOCKET_FAMILY)',
+      'busy-poll window us = 100 (default)',
       'link timeout seconds = 5 (TSNET_TIMEOUT_SEC)',
     ]);
   });

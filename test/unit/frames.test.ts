@@ -63,7 +63,7 @@ describe('frames', () => {
 
   it.each<[string, (dv: DataView) => void, RegExp]>([
     ['type 0', (dv) => dv.setUint8(0, 0), /unknown frame type 0/],
-    ['type 5', (dv) => dv.setUint8(0, 5), /unknown frame type 5/],
+    ['type 6', (dv) => dv.setUint8(0, 6), /unknown frame type 6/],
     ['type 255', (dv) => dv.setUint8(0, 255), /unknown frame type 255/],
     ['reserved byte 2 set', (dv) => dv.setUint8(2, 1), /reserved/],
     ['reserved byte 3 set', (dv) => dv.setUint8(3, 0x80), /reserved/],

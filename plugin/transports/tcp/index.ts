@@ -16,10 +16,10 @@ import { type NetDevice, discoverDevices } from './devices';
 import { NodeLane } from './node-lane';
 import { HELLO_BYTES, type Hello, Role, decodeHandle, decodeHello, encodeHandle, encodeHello } from './wire';
 
-/** Turns a greeted, paused socket into a lane (the native I/O lanes plug in here). */
-export type LaneMaker = (sock: net.Socket, onFail: (err: Error) => void) => Lane;
+/** Turns a greeted, paused socket into a lane (index 0 is the control lane; the native I/O lanes plug in here). */
+export type LaneMaker = (sock: net.Socket, onFail: (err: Error) => void, index: number) => Lane;
 
-const nodeLanes: LaneMaker = (sock, onFail) => new NodeLane(sock, onFail);
+export const nodeLanes: LaneMaker = (sock, onFail) => new NodeLane(sock, onFail);
 
 class TcpLink implements Link {
   private failCb: ((err: Error) => void) | undefined;
@@ -33,7 +33,7 @@ class TcpLink implements Link {
     readonly description: string,
     readonly policy: SchedulePolicy,
   ) {
-    const lanes = socks.map((s) => makeLane(s, (e) => this.fail(e)));
+    const lanes = socks.map((s, i) => makeLane(s, (e) => this.fail(e), i));
     this.control = lanes[0];
     this.data = lanes.slice(1);
   }
