@@ -82,6 +82,7 @@ struct Lane {
   Op* tail[2] = {nullptr, nullptr};
   // I/O thread only:
   bool listed = false;  // in the thread's run list
+  bool hup = false;     // epoll reported the peer's end or an error: read until EAGAIN or 0
   Op retire;            // the message ioClose sends; never on the free list
 };
 
@@ -293,8 +294,10 @@ bool move(IoThread* t, Lane* l, int k) {
       }
     }
     // A short transfer means the socket buffer is full (or empty): edge-triggered epoll tells
-    // us when that changes, so skip the syscall that would only say EAGAIN.
-    if (static_cast<size_t>(r) < want) {
+    // us when that changes, so skip the syscall that would only say EAGAIN. Not once the peer's
+    // FIN or an error is known: a short read may have eaten the FIN whose event we already
+    // took, and only the next recvmsg (0 or the error) tells.
+    if (static_cast<size_t>(r) < want && (k == kWrite || !l->hup)) {
       while (l->head[k] && l->head[k]->left == 0) {
         Op* op = l->head[k];
         l->head[k] = op->next;
@@ -378,7 +381,9 @@ void threadMain(IoThread* t) {
         (void)rr;
         continue;
       }
-      listLane(t, static_cast<Lane*>(evs[i].data.ptr));
+      Lane* l = static_cast<Lane*>(evs[i].data.ptr);
+      if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) l->hup = true;
+      listLane(t, l);
     }
   }
 }
