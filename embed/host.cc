@@ -5,6 +5,7 @@
 #include "host.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <node.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,7 +39,8 @@ struct Host {
   std::string why;  // why the plugin is not running
   std::deque<ControlCall*> control;
   std::atomic<Request*> posted{nullptr};
-  uv_async_s* wake = nullptr;
+  void (*wake)() = nullptr;
+  std::atomic<int> waiting{0};  // control calls queued
   pid_t pid = 0;  // the process the plugin thread runs in
 };
 Host& host() {
@@ -83,6 +85,7 @@ void setState(State s, const std::string& why = std::string()) {
   if (s != State::kRunning) {
     for (ControlCall* c : h.control) { c->rc = TSN_INTERNAL_ERROR; c->done = true; }
     h.control.clear();
+    h.waiting.store(0);
   }
   h.cv.notify_all();
 }
@@ -98,6 +101,7 @@ std::string jsString(const std::string& s) {
 
 void plugin_main(std::string entry) {
   using namespace node;
+  pthread_setname_np(pthread_self(), "tsnet-plugin");
   // A guest in someone else's process: no NODE_OPTIONS, no command line, no stdio or
   // terminal changes, no signal handlers, no resource limit changes.
   std::vector<std::string> args{"tsnet"};
@@ -119,6 +123,8 @@ void plugin_main(std::string entry) {
   std::unique_ptr<CommonEnvironmentSetup> setup;
   if (errors.empty()) {
     platform = MultiIsolatePlatform::Create(2);
+    // A development aid (e.g. --perf-basic-prof for perf); never read from NODE_OPTIONS.
+    if (const char* flags = getenv("TSNET_V8_FLAGS"); flags && *flags) v8::V8::SetFlagsFromString(flags);
     v8::V8::InitializePlatform(platform.get());
     v8::V8::Initialize();
     auto flags = static_cast<EnvironmentFlags::Flags>(
@@ -214,7 +220,8 @@ tsn_result_t hostCall(const std::function<tsn_result_t()>& fn) {
     return TSN_INTERNAL_ERROR;
   }
   h.control.push_back(&call);
-  uv_async_send(h.wake);
+  h.waiting.fetch_add(1, std::memory_order_seq_cst);
+  h.wake();
   h.cv.wait(lk, [&] { return call.done; });
   return call.rc;
 }
@@ -222,9 +229,9 @@ tsn_result_t hostCall(const std::function<tsn_result_t()>& fn) {
 void hostPost(Request* r) {
   Host& h = host();
   Request* head = h.posted.load(std::memory_order_relaxed);
-  do { r->next = head; } while (!h.posted.compare_exchange_weak(head, r, std::memory_order_release,
+  do { r->next = head; } while (!h.posted.compare_exchange_weak(head, r, std::memory_order_seq_cst,
                                                                std::memory_order_relaxed));
-  if (h.wake) uv_async_send(h.wake);
+  if (h.wake) h.wake();
 }
 
 Request* hostTakePosted() {
@@ -242,6 +249,7 @@ bool hostRunOneControl(void (*beforeRun)()) {
     if (h.control.empty()) return false;
     c = h.control.front();
     h.control.pop_front();
+    h.waiting.fetch_sub(1, std::memory_order_relaxed);
   }
   beforeRun();
   tsn_result_t rc = (*c->fn)();
@@ -252,7 +260,12 @@ bool hostRunOneControl(void (*beforeRun)()) {
   return true;
 }
 
-void hostReady(uv_async_s* wake) {
+bool hostHasWork() {
+  Host& h = host();
+  return h.posted.load(std::memory_order_seq_cst) || h.waiting.load(std::memory_order_seq_cst) > 0;
+}
+
+void hostReady(void (*wake)()) {
   Host& h = host();
   std::lock_guard<std::mutex> g(h.mu);
   h.wake = wake;

@@ -6,8 +6,6 @@
 
 #include "../native/internal.h"
 
-struct uv_async_s;
-
 namespace tsn {
 
 // Starts the plugin thread and loads the plugin's JavaScript, once per process.
@@ -28,8 +26,10 @@ Request* hostTakePosted();
 // Runs the oldest waiting control call; false when none waits. beforeRun runs first, after
 // the call was taken: requests posted before the call are then handled before it.
 bool hostRunOneControl(void (*beforeRun)());
-// The plugin registered its wake-up handle: calls may flow.
-void hostReady(uv_async_s* wake);
+// The plugin is ready: calls may flow. wake() wakes the plugin thread (any thread may call it).
+void hostReady(void (*wake)());
+// True when posted requests or control calls wait (the polling plugin thread checks this).
+bool hostHasWork();
 // The plugin could not start; every caller gets an error naming why.
 void hostLoadFailed(const std::string& why);
 

@@ -14,6 +14,7 @@
 
 #include "../embed/host.h"
 #include "io.h"
+#include "waker.h"
 
 namespace tsn {
 namespace {
@@ -31,12 +32,12 @@ struct Plugin {
   Napi::Reference<Napi::Float64Array> mailboxRef;
   double* mailbox = nullptr;
   napi_async_context async = nullptr;
-  uv_async_t wake;
+  Waker waker;
   std::unordered_map<uint32_t, Comm*> comms;
   // Busy-poll window: after activity the loop polls without sleeping for spinNs, so a reply
   // or the next post is seen without an epoll wake-up; then it sleeps again.
   uv_idle_t spin;
-  bool spinning = false;
+  std::atomic<bool> spinning{false};
   uint64_t spinNs = 0;
   uint64_t lastActivity = 0;
 };
@@ -113,13 +114,26 @@ void drainPosted() {
   }
 }
 
+void pump();
+
+// The busy-poll window: while it is open nobody wakes this thread, so it looks for work itself.
 void onSpin(uv_idle_t*) {
+  ioPoll();
+  if (hostHasWork()) pump();
   if (uv_hrtime() - P->lastActivity < P->spinNs) return;
   uv_idle_stop(&P->spin);
-  P->spinning = false;
+  P->spinning.store(false, std::memory_order_seq_cst);
+  // Work posted just before the flag dropped found it set and sent no wake-up.
+  ioPoll();
+  if (hostHasWork()) pump();
 }
 
-void pump(uv_async_t*) {
+// Posters call this after queueing work.
+void wakePlugin() {
+  if (!P->spinning.load(std::memory_order_seq_cst)) P->waker.wake();
+}
+
+void pump() {
   markActivity();
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
@@ -151,9 +165,12 @@ Napi::Value Start(const Napi::CallbackInfo& info) {
   napi_async_init(env, nullptr, Napi::String::New(env, "tsnet"), &P->async);
   uv_loop_s* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
-  uv_async_init(loop, &P->wake, pump);
+  if (!P->waker.init(loop, pump)) {
+    Napi::Error::New(env, "start: no eventfd for the wake-up").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
   uv_idle_init(loop, &P->spin);
-  hostReady(reinterpret_cast<uv_async_s*>(&P->wake));
+  hostReady(wakePlugin);
   Napi::Object out = Napi::Object::New(env);
   out.Set("mailbox", mailbox);
   out.Set("recordStride", kRecordStride);
@@ -221,11 +238,13 @@ napi_value bindingInit(napi_env env, napi_value exports) {
 void markActivity() {
   if (!P || !P->spinNs) return;
   P->lastActivity = uv_hrtime();
-  if (!P->spinning) {
+  if (!P->spinning.load(std::memory_order_relaxed)) {
     uv_idle_start(&P->spin, onSpin);
-    P->spinning = true;
+    P->spinning.store(true, std::memory_order_seq_cst);
   }
 }
+
+bool pluginPolling() { return P && P->spinning.load(std::memory_order_seq_cst); }
 
 void commRegister(Comm* comm) { P->comms[comm->jsId] = comm; }
 void commForget(Comm* comm) { P->comms.erase(comm->jsId); }

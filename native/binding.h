@@ -30,6 +30,9 @@ tsn_result_t jsSetNetAttr(uint32_t ctxId, const tsn_net_attr_t* attr);
 
 // Something happened on the plugin thread: keeps the busy-poll window open (TSNET_SPIN_US).
 void markActivity();
+// True while the plugin thread polls (its busy-poll window is open): other threads need not
+// wake it, it finds their work itself. Any thread.
+bool pluginPolling();
 
 // Comms the plugin may complete requests of (plugin thread only).
 void commRegister(Comm* comm);

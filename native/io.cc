@@ -11,6 +11,8 @@
 //            syscall on the fd, so ioClose (which takes mu) never races a syscall. The Lane
 //            object is freed by its I/O thread after ioClose sends it the retire message.
 #include "io.h"
+#include "binding.h"
+#include "waker.h"
 
 #define NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
 #include <errno.h>
@@ -116,7 +118,7 @@ struct Engine {
   napi_ref completionsRef = nullptr;
   double* completions = nullptr;
   napi_async_context async = nullptr;
-  uv_async_t wake;
+  Waker waker;
   std::atomic<Op*> done{nullptr};  // MPSC completion stack, newest first
   std::vector<IoThread*> threads;
   // Plugin thread only:
@@ -133,9 +135,10 @@ void publish(DoneList& d) {
   if (!d.newest) return;
   Op* head = E->done.load(std::memory_order_relaxed);
   do d.oldest->next = head;
-  while (!E->done.compare_exchange_weak(head, d.newest, std::memory_order_release, std::memory_order_relaxed));
-  // Only the push that finds the stack empty wakes the plugin thread; the drain takes all.
-  if (!head) uv_async_send(&E->wake);
+  while (!E->done.compare_exchange_weak(head, d.newest, std::memory_order_seq_cst, std::memory_order_relaxed));
+  // Only the push that finds the stack empty wakes the plugin thread (unless it is polling
+  // anyway, see markActivity); the drain takes all.
+  if (!head && !pluginPolling()) E->waker.wake();
   d.newest = d.oldest = nullptr;
 }
 
@@ -188,8 +191,10 @@ void callOnDone(int count) {
   }
 }
 
-// uv_async callback on the plugin thread: hands every queued completion to JS.
-void onWake(uv_async_t*) {
+// Plugin thread, woken or polling: hands every queued completion to JS.
+void onWake() {
+  if (!E->done.load(std::memory_order_seq_cst)) return;
+  markActivity();
   napi_handle_scope scope;
   napi_open_handle_scope(E->env, &scope);
   for (;;) {
@@ -453,7 +458,11 @@ Napi::Value IoStart(const Napi::CallbackInfo& info) {
   napi_async_init(env, nullptr, Napi::String::New(env, "tsnet-io"), &e->async);
   uv_loop_s* loop = nullptr;
   napi_get_uv_event_loop(env, &loop);
-  uv_async_init(loop, &e->wake, onWake);
+  if (!e->waker.init(loop, onWake)) {
+    int err = errno;
+    delete e;
+    return sysFail(env, "ioStart: eventfd", err);
+  }
   E = e;
   for (IoThread* t : threads) std::thread(threadMain, t).detach();  // live as long as the process
   log(kLogInfo, "io: started %d I/O thread%s", n, n == 1 ? "" : "s");
@@ -629,6 +638,10 @@ Napi::Value IoClose(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+void ioPoll() {
+  if (E) onWake();
+}
 
 void ioRegister(napi_env env, napi_value exports) {
   Napi::Env e(env);

@@ -11,6 +11,9 @@ namespace tsn {
 // was full. ECANCELED (-125 on Linux) is what ioClose gives the pending operations of a lane.
 constexpr int kIoStatusEof = -1000;
 
+// Plugin thread, while it polls: delivers completions that wait (no wake-up was sent).
+void ioPoll();
+
 // Adds ioStart, ioAdopt, ioWrite, ioRead, ioClose and ioConstants to the binding's exports.
 void ioRegister(napi_env env, napi_value exports);
 

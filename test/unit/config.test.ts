@@ -21,7 +21,7 @@ function failure(env: Record<string, string>): NetError {
 
 describe('readConfig defaults', () => {
   it('gives the documented defaults for an empty environment', () => {
-    const { config } = readConfig({});
+    const { config } = readConfig({}, 2);
     expect(config).toEqual({
       transport: 'tcp',
       loopbackDevices: 1,
@@ -33,22 +33,28 @@ describe('readConfig defaults', () => {
       deviceGroups: undefined,
       io: 'native',
       ioThreads: 8,
-      spinUs: 100,
+      spinUs: 0,
       timeoutSec: 10,
     });
   });
 
   it('logs every default, marked (default)', () => {
-    expect(readConfig({}).lines).toEqual([
+    expect(readConfig({}, 2).lines).toEqual([
       'transport = tcp (default)',
       'data sockets per comm = 4 (default)',
       'eager max bytes = 16384 (default)',
       'min stripe bytes = 131072 (default)',
       'socket I/O = native (default)',
       'I/O threads = 8 (default)',
-      'busy-poll window us = 100 (default)',
+      'busy-poll window us = 0 (default)',
       'link timeout seconds = 10 (default)',
     ]);
+  });
+
+  it('polls 50 us after activity by default only with 8 cores or more', () => {
+    expect(readConfig({}, 8).config.spinUs).toBe(50);
+    expect(readConfig({}, 7).config.spinUs).toBe(0);
+    expect(readConfig({ TSNET_SPIN_US: '7' }, 2).config.spinUs).toBe(7);
   });
 
   it('treats an empty value as unset', () => {
@@ -200,7 +206,7 @@ describe('readConfig parses each variable', () => {
       NCCL_SOCKET_IFNAME: 'lo',
       NCCL_SOCKET_FAMILY: 'AF_INET',
       TSNET_TIMEOUT_SEC: '5',
-    });
+    }, 2);
     expect(lines).toEqual([
       'transport = loopback (TSNET_TRANSPORT)',
       'loopback devices = 2 (TSNET_LOOPBACK_DEVICES)',
@@ -209,7 +215,7 @@ describe('readConfig parses each variable', () => {
       'min stripe bytes = 65536 (TSNET_MIN_STRIPE)',
       'interfaces = lo (NCCL_SOCKET_IFNAME)',
       'address family = AF_INET (NCCL_SOCKET_FAMILY)',
-      'busy-poll window us = 100 (default)',
+      'busy-poll window us = 0 (default)',
       'link timeout seconds = 5 (TSNET_TIMEOUT_SEC)',
     ]);
   });

@@ -19,6 +19,7 @@ export class NodeLane implements Lane {
   private chunkAt = 0;
   private buffered = 0;
   private failed: Error | undefined;
+  private corked = false;
 
   constructor(
     private readonly sock: net.Socket,
@@ -39,9 +40,16 @@ export class NodeLane implements Lane {
   write(views: Uint8Array[], done: Done): void {
     if (this.failed) return queueMicrotask(() => done(this.failed));
     if (views.length === 0) return queueMicrotask(() => done());
-    this.sock.cork();
+    // Everything written in one turn of the plugin thread leaves in one writev.
+    if (!this.corked) {
+      this.corked = true;
+      this.sock.cork();
+      queueMicrotask(() => {
+        this.corked = false;
+        this.sock.uncork();
+      });
+    }
     views.forEach((v, i) => this.sock.write(v, i === views.length - 1 ? (err) => done(err ?? undefined) : undefined));
-    this.sock.uncork();
   }
 
   read(view: Uint8Array, done: Done): void {
