@@ -109,7 +109,7 @@ struct IoThread {
   std::vector<Lane*> run;        // lanes with work (I/O thread only)
   std::vector<Lane*> graveyard;  // retired lanes, freed before the next epoll_wait
   DoneList done;
-  int spinUs = 0;  // hook: busy-poll this long before sleeping (not implemented)
+  uint64_t spinNs = 0;  // after work, poll this long before sleeping (TSNET_SPIN_US)
 };
 
 struct Engine {
@@ -360,7 +360,9 @@ void threadMain(IoThread* t) {
   pthread_setname_np(pthread_self(), name);
   epoll_event evs[kEvents];
   std::vector<Lane*> run;
+  uint64_t lastWork = 0;
   for (;;) {
+    if (t->inbox.load(std::memory_order_relaxed) || !t->run.empty()) lastWork = uv_hrtime();
     drainInbox(t);
     run.swap(t->run);
     for (Lane* l : run) {
@@ -372,13 +374,14 @@ void threadMain(IoThread* t) {
     for (Lane* l : t->graveyard) delete l;  // closed, out of epoll, in no list
     t->graveyard.clear();
     int timeout = 0;
-    if (t->run.empty()) {
-      // TSNET_IO_SPIN_US would busy-poll here (t->spinUs) before going to sleep.
+    // Nothing to do: poll on (posters need not wake us) while the spin window lasts, then sleep.
+    if (t->run.empty() && (t->spinNs == 0 || uv_hrtime() - lastWork >= t->spinNs)) {
       t->sleeping.store(true, std::memory_order_seq_cst);
       if (!t->inbox.load(std::memory_order_seq_cst)) timeout = -1;
     }
     int n = epoll_wait(t->ep, evs, kEvents, timeout);
     t->sleeping.store(false, std::memory_order_relaxed);
+    if (n > 0) lastWork = uv_hrtime();
     for (int i = 0; i < n; i++) {
       if (!evs[i].data.ptr) {
         uint64_t v;
@@ -426,6 +429,7 @@ Napi::Value IoStart(const Napi::CallbackInfo& info) {
   if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsFunction())
     return fail(env, "ioStart(threads, onDone) needs a thread count and a function");
   int n = info[0].As<Napi::Number>().Int32Value();
+  double spinUs = info.Length() > 2 && info[2].IsNumber() ? info[2].As<Napi::Number>().DoubleValue() : 0;
   if (n < 1 || n > kMaxThreads) return fail(env, "ioStart: threads must be 1.." + std::to_string(kMaxThreads), true);
   Engine* e = new Engine();
   std::vector<IoThread*> threads;
@@ -446,6 +450,7 @@ Napi::Value IoStart(const Napi::CallbackInfo& info) {
       delete e;
       return sysFail(env, "ioStart: epoll/eventfd", err);
     }
+    t->spinNs = spinUs > 0 ? static_cast<uint64_t>(spinUs * 1000) : 0;
     threads.push_back(t);
   }
   e->env = env;

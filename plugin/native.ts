@@ -24,7 +24,7 @@ export interface Binding {
   /** The plugin thread polls without sleeping for this many µs after activity (0: never). */
   setSpin(us: number): void;
   /** Starts the native I/O threads (once); onDone(count): count (opId, status) pairs wait in completions. */
-  ioStart(threads: number, onDone: (count: number) => void): { completions: Float64Array; records: number; threads: number };
+  ioStart(threads: number, onDone: (count: number) => void, spinUs?: number): { completions: Float64Array; records: number; threads: number };
   /** Takes over a connected TCP socket (dup'd; the caller closes its own); returns a lane id. */
   ioAdopt(fd: number, thread?: number): number;
   /** Posts a gather write of the views on a lane, after its earlier writes. */

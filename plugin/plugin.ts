@@ -292,7 +292,7 @@ export function makeTransport(config: Config, io?: IoBinding): Transport {
   if (config.io === 'native' && io) {
     // Bulk bytes (the data lanes) move on native I/O threads; the control lane (headers, small
     // messages, ACKs) stays on the plugin thread, one hop shorter for small messages.
-    const engine = NativeIo.get({ threads: config.ioThreads, binding: io });
+    const engine = NativeIo.get({ threads: config.ioThreads, binding: io, spinUs: config.spinUs });
     return new TcpTransport(config, (sock, onFail, i) => (i === 0 ? nodeLanes(sock, onFail, i) : adoptSocket(sock, engine)));
   }
   return new TcpTransport(config);

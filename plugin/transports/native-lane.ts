@@ -58,10 +58,10 @@ export class NativeIo {
    * The shared engine. The first call fixes the thread count (default DEFAULT_IO_THREADS);
    * the threads start on the first adopt. Later calls return the same engine.
    */
-  static get(opts: { threads?: number; binding?: IoBinding } = {}): NativeIo {
+  static get(opts: { threads?: number; binding?: IoBinding; spinUs?: number } = {}): NativeIo {
     if (!NativeIo.shared) {
       const binding = opts.binding ?? (process as unknown as { _linkedBinding(name: string): IoBinding })._linkedBinding('tsnet');
-      NativeIo.shared = new NativeIo(binding, opts.threads ?? DEFAULT_IO_THREADS);
+      NativeIo.shared = new NativeIo(binding, opts.threads ?? DEFAULT_IO_THREADS, opts.spinUs ?? 0);
     } else if (opts.threads !== undefined && opts.threads !== NativeIo.shared.threads) {
       log.info(`native I/O: already running with ${NativeIo.shared.threads} threads; ${opts.threads} ignored`);
     }
@@ -71,6 +71,8 @@ export class NativeIo {
   constructor(
     private readonly binding: IoBinding,
     readonly threads: number,
+    /** µs an I/O thread keeps polling after work before it sleeps. */
+    private readonly spinUs = 0,
   ) {
     if (!Number.isInteger(threads) || threads < 1 || threads > 64) throw invalidArgument(`native I/O: threads must be 1..64, not ${threads}`);
   }
@@ -82,7 +84,7 @@ export class NativeIo {
 
   private start(): void {
     if (this.completions) return;
-    const s = this.binding.ioStart(this.threads, (count) => this.onDone(count));
+    const s = this.binding.ioStart(this.threads, (count) => this.onDone(count), this.spinUs);
     this.completions = s.completions;
     this.cancelled = this.binding.ioStatus.CANCELLED;
   }
