@@ -26,7 +26,7 @@ describe('readConfig defaults', () => {
       transport: 'tcp',
       loopbackDevices: 1,
       nsocks: 4,
-      eagerMax: 16 * KiB,
+      eagerMax: 64 * KiB,
       minStripe: 128 * KiB,
       socketIfname: undefined,
       socketFamily: undefined,
@@ -42,7 +42,7 @@ describe('readConfig defaults', () => {
     expect(readConfig({}, 2).lines).toEqual([
       'transport = tcp (default)',
       'data sockets per comm = 4 (default)',
-      'eager max bytes = 16384 (default)',
+      'eager max bytes = 65536 (default)',
       'min stripe bytes = 131072 (default)',
       'socket I/O = native (default)',
       'I/O threads = 8 (default)',
@@ -51,8 +51,8 @@ describe('readConfig defaults', () => {
     ]);
   });
 
-  it('polls 50 us after activity by default only with 8 cores or more', () => {
-    expect(readConfig({}, 8).config.spinUs).toBe(50);
+  it('polls 200 us after activity by default only with 8 cores or more', () => {
+    expect(readConfig({}, 8).config.spinUs).toBe(200);
     expect(readConfig({}, 7).config.spinUs).toBe(0);
     expect(readConfig({ TSNET_SPIN_US: '7' }, 2).config.spinUs).toBe(7);
   });
