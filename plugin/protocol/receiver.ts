@@ -4,14 +4,13 @@
 // order the sender wrote them. A message that does not fit is drained into scratch memory
 // and fails the receive (and, through NACK, the send): no byte lands past a buffer.
 import { ResultCode } from '../abi';
-import { NetError, invalidUsage, remoteError } from '../errors';
+import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
-import type { Lane, Link } from '../transports/lane';
-import { FLAG_EAGER, FRAME_BYTES, type Frame, FrameType, decodeFrame, encodeFrame } from './frames';
+import type { Lane } from '../transports/lane';
+import { Endpoint } from './endpoint';
+import { FLAG_EAGER, type Frame, FrameType, decodeFrame } from './frames';
 import { type PostedRecv, type RecvBuffer, assign, fullyAssigned, newPostedRecv } from './matching';
-import { Liveness } from './liveness';
-import { type SchedulePolicy, stripes } from './schedule';
-import type { Complete } from './sender';
+import { stripes } from './schedule';
 
 export interface RecvBuf extends RecvBuffer {
   view: Uint8Array;
@@ -32,39 +31,24 @@ interface Expect {
 
 const SCRATCH_BYTES = 1 << 20;
 
-export class Receiver {
+export class Receiver extends Endpoint {
+  protected readonly kind = 'receive';
   private readonly posted: PostedRecv<RecvBuf>[] = [];
   private nextSeq = 0;
   private nextLane = 0;
   private waiting: Frame | undefined; // a header with no receive posted yet
-  private readonly frame = new Uint8Array(FRAME_BYTES);
   private readonly laneQueues: Expect[][];
   private readonly laneBusy: boolean[];
   private scratch: Uint8Array | undefined;
   private ackSeq = -1; // every message up to here has fully arrived
   private readonly arrivedAhead = new Set<number>(); // arrived while an earlier one had not
   private ackQueued = false;
-  private failed: NetError | undefined;
-  private readonly liveness: Liveness;
 
-  constructor(
-    private readonly link: Link,
-    private readonly policy: SchedulePolicy,
-    private readonly complete: Complete,
-    private readonly name: string,
-  ) {
-    this.laneQueues = link.data.map(() => []);
-    this.laneBusy = link.data.map(() => false);
-    this.liveness = new Liveness(name);
-    link.onFail((err) => this.fail(remoteError(`${name}: ${err.message}`)));
+  constructor(...args: ConstructorParameters<typeof Endpoint>) {
+    super(...args);
+    this.laneQueues = this.link.data.map(() => []);
+    this.laneBusy = this.link.data.map(() => false);
     this.readFrame();
-  }
-
-  /** Periodic: heartbeats and the dead-peer check (see Liveness). */
-  tick(now: number, timeoutMs: number): void {
-    if (this.failed) return;
-    const err = this.liveness.tick(now, timeoutMs, this.posted.length, this.link.control);
-    if (err) this.fail(err);
   }
 
   irecv(slot: number, bufs: RecvBuf[]): void {
@@ -76,32 +60,24 @@ export class Receiver {
     if (this.waiting) this.match();
   }
 
-  close(): void {
-    if (!this.failed) this.link.control.write([encodeFrame({ type: FrameType.CLOSE, flags: 0, tag: 0, seq: -1, size: 0 })], () => {});
-    this.failed ??= remoteError(`${this.name}: closed`);
-    this.posted.length = 0;
-    for (const q of this.laneQueues) q.length = 0;
-    this.link.close();
-  }
-
-  fail(err: NetError): void {
-    if (this.failed) return;
-    this.failed = err;
-    if (this.posted.length) log.warn(`${err.message}; failing ${this.posted.length} pending receive(s)`);
-    for (const r of this.posted) this.complete(r.slot, r.failed ? r.code : err.code, r.sizes);
-    this.posted.length = 0;
-    for (const q of this.laneQueues) q.length = 0;
-    this.link.close();
-  }
-
   get pending(): number {
     return this.posted.length;
+  }
+
+  protected failPending(err: NetError): void {
+    for (const r of this.posted) this.complete(r.slot, r.failed ? r.code : err.code, r.sizes);
+    this.dropPending();
+  }
+
+  protected dropPending(): void {
+    this.posted.length = 0;
+    for (const q of this.laneQueues) q.length = 0;
   }
 
   private readFrame(): void {
     this.link.control.read(this.frame, (err) => {
       if (this.failed) return;
-      if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      if (err) return this.lost(err);
       this.liveness.heardNow();
       const f = decodeFrame(this.frame);
       if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the sender: ${f}`));
@@ -163,7 +139,7 @@ export class Receiver {
     const piece = e.view ?? (this.scratch ??= new Uint8Array(SCRATCH_BYTES)).subarray(0, Math.min(e.left, SCRATCH_BYTES));
     lane.read(piece, (err) => {
       if (this.failed) return;
-      if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      if (err) return this.lost(err);
       this.liveness.heardNow();
       e.left -= piece.length;
       e.arrival.left -= piece.length;
@@ -203,13 +179,6 @@ export class Receiver {
     queueMicrotask(() => {
       this.ackQueued = false;
       if (!this.failed) this.sendFrame(FrameType.ACK, this.ackSeq, 0);
-    });
-  }
-
-  private sendFrame(type: FrameType, seq: number, size: number): void {
-    this.liveness.wroteNow();
-    this.link.control.write([encodeFrame({ type, flags: 0, tag: 0, seq, size })], (err) => {
-      if (err && !this.failed) this.fail(remoteError(`${this.name}: ${err.message}`));
     });
   }
 }

@@ -1,16 +1,15 @@
 // The send side of a link. isend writes a MSG frame on the control lane, with the payload
 // inline when it is small, else cut into stripes over the data lanes. A request completes
-// when every byte has left its memory and the receiver has matched the message (ACK), so a
+// when every byte has left its memory and has fully arrived at the receiver (ACK), so a
 // send that does not fit its receive fails on both sides (NACK).
 import { ResultCode } from '../abi';
-import { NetError, invalidUsage, remoteError } from '../errors';
+import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
-import type { Link } from '../transports/lane';
-import { FLAG_EAGER, FRAME_BYTES, FrameType, decodeFrame, encodeFrame } from './frames';
-import { Liveness } from './liveness';
-import { type SchedulePolicy, isEager, stripes } from './schedule';
+import { Endpoint } from './endpoint';
+import { FLAG_EAGER, FrameType, decodeFrame, encodeFrame } from './frames';
+import { isEager, stripes } from './schedule';
 
-export type Complete = (slot: number, code: ResultCode, sizes: number[]) => void;
+export type { Complete } from './endpoint';
 
 interface SendOp {
   slot: number;
@@ -22,30 +21,15 @@ interface SendOp {
   code: ResultCode;
 }
 
-export class Sender {
+export class Sender extends Endpoint {
+  protected readonly kind = 'send';
   private seq = 0;
   private nextLane = 0;
   private readonly ops: SendOp[] = []; // in sequence order
-  private failed: NetError | undefined;
-  private readonly frame = new Uint8Array(FRAME_BYTES);
-  private readonly liveness: Liveness;
 
-  constructor(
-    private readonly link: Link,
-    private readonly policy: SchedulePolicy,
-    private readonly complete: Complete,
-    private readonly name: string,
-  ) {
-    this.liveness = new Liveness(name);
-    link.onFail((err) => this.fail(remoteError(`${name}: ${err.message}`)));
+  constructor(...args: ConstructorParameters<typeof Endpoint>) {
+    super(...args);
     this.readFrame();
-  }
-
-  /** Periodic: heartbeats and the dead-peer check (see Liveness). */
-  tick(now: number, timeoutMs: number): void {
-    if (this.failed) return;
-    const err = this.liveness.tick(now, timeoutMs, this.ops.length, this.link.control);
-    if (err) this.fail(err);
   }
 
   isend(slot: number, view: Uint8Array, tag: number): void {
@@ -59,7 +43,7 @@ export class Sender {
     const eager = isEager(size, this.policy);
     const header = encodeFrame({ type: FrameType.MSG, flags: eager ? FLAG_EAGER : 0, tag, seq: op.seq, size });
     const wrote = (err?: Error) => {
-      if (err) return this.fail(remoteError(`${this.name}: write failed: ${err.message}`));
+      if (err) return this.lost(err);
       op.writes--;
       this.settle();
     };
@@ -76,25 +60,16 @@ export class Sender {
     }
   }
 
-  /** Stops every operation; the peer sees CLOSE. Nothing touches NCCL's memory afterwards. */
-  close(): void {
-    if (!this.failed) this.link.control.write([encodeFrame({ type: FrameType.CLOSE, flags: 0, tag: 0, seq: -1, size: 0 })], () => {});
-    this.failed ??= remoteError(`${this.name}: closed`);
-    this.ops.length = 0;
-    this.link.close();
-  }
-
-  /** Fails every pending request and every later one with err. */
-  fail(err: NetError): void {
-    if (this.failed) return;
-    this.failed = err;
-    if (this.ops.length) log.warn(`${err.message}; failing ${this.ops.length} pending send(s)`);
-    for (const op of this.ops.splice(0)) this.complete(op.slot, err.code, [0]);
-    this.link.close();
-  }
-
   get pending(): number {
     return this.ops.length;
+  }
+
+  protected failPending(err: NetError): void {
+    for (const op of this.ops.splice(0)) this.complete(op.slot, err.code, [0]);
+  }
+
+  protected dropPending(): void {
+    this.ops.length = 0;
   }
 
   // Completes, in any order, the operations whose bytes are gone and which the peer matched.
@@ -111,7 +86,7 @@ export class Sender {
   private readFrame(): void {
     this.link.control.read(this.frame, (err) => {
       if (this.failed) return;
-      if (err) return this.fail(remoteError(`${this.name}: ${err.message}`));
+      if (err) return this.lost(err);
       this.liveness.heardNow();
       const f = decodeFrame(this.frame);
       if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the receiver: ${f}`));

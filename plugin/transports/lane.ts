@@ -27,3 +27,40 @@ export interface Link {
   /** The schedule both ends agreed on (the sender's); the transport's when absent. */
   readonly policy?: SchedulePolicy;
 }
+
+/**
+ * A link over lanes that a transport made (control first); the first lane failure is
+ * reported once through onFail, and close() closes every lane.
+ */
+export class LaneLink implements Link {
+  readonly control: Lane;
+  readonly data: Lane[];
+  private failCb: ((err: Error) => void) | undefined;
+  private done = false;
+
+  constructor(
+    makeLanes: (fail: (err: Error) => void) => Lane[],
+    readonly description: string,
+    readonly policy?: SchedulePolicy,
+  ) {
+    const lanes = makeLanes((e) => this.fail(e));
+    this.control = lanes[0];
+    this.data = lanes.slice(1);
+  }
+
+  onFail(cb: (err: Error) => void): void {
+    this.failCb = cb;
+  }
+
+  close(): void {
+    this.done = true;
+    this.control.close();
+    this.data.forEach((l) => l.close());
+  }
+
+  private fail(err: Error): void {
+    if (this.done) return;
+    this.done = true;
+    this.failCb?.(err);
+  }
+}

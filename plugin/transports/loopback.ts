@@ -6,7 +6,7 @@ import { PtrKind } from '../abi';
 import type { Config } from '../config';
 import { invalidArgument } from '../errors';
 import type { SchedulePolicy } from '../protocol/schedule';
-import type { Done, Lane, Link } from './lane';
+import { type Done, type Lane, LaneLink, type Link } from './lane';
 import type { Connector, Device, Listener, Traits, Transport } from './transport';
 
 interface Pending {
@@ -98,35 +98,6 @@ class PipeLane implements Lane {
   }
 }
 
-class LoopLink implements Link {
-  readonly control: Lane;
-  readonly data: Lane[];
-  private failCb: ((err: Error) => void) | undefined;
-  private failed = false;
-
-  constructor(
-    pipes: [Pipe, Pipe][],
-    readonly description: string,
-  ) {
-    const lanes = pipes.map(([out, inp]) => new PipeLane(out, inp, (e) => this.fail(e)));
-    this.control = lanes[0];
-    this.data = lanes.slice(1);
-  }
-  onFail(cb: (err: Error) => void): void {
-    this.failCb = cb;
-  }
-  close(): void {
-    this.failed = true;
-    this.control.close();
-    this.data.forEach((l) => l.close());
-  }
-  private fail(err: Error): void {
-    if (this.failed) return;
-    this.failed = true;
-    this.failCb?.(err);
-  }
-}
-
 const HANDLE_MAGIC = 0x4c50_4e54; // "TNPL"
 const listeners = new Map<number, LoopListener>();
 let nextListener = 1;
@@ -193,8 +164,9 @@ export class LoopbackTransport implements Transport {
     if (!l || l.nonce !== dv.getUint32(12, true)) throw invalidArgument('no loopback listener matches the handle (closed?)');
     const pipes = Array.from({ length: 1 + this.policy.lanes }, () => [new Pipe(), new Pipe()] as [Pipe, Pipe]);
     const what = `loopback dev ${dev} -> listener ${l.id}`;
-    const mine = new LoopLink(pipes, what);
-    l.pending.push(new LoopLink(pipes.map(([a, b]) => [b, a]), what));
+    const link = (ends: [Pipe, Pipe][]) => new LaneLink((fail) => ends.map(([out, inp]) => new PipeLane(out, inp, fail)), what);
+    const mine = link(pipes);
+    l.pending.push(link(pipes.map(([a, b]) => [b, a])));
     return { poll: () => mine, close: () => mine.close() };
   }
 }

@@ -10,7 +10,7 @@ import type { Config } from '../../config';
 import { NetError, systemError } from '../../errors';
 import { log } from '../../log';
 import type { SchedulePolicy } from '../../protocol/schedule';
-import type { Lane, Link } from '../lane';
+import { type Lane, LaneLink, type Link } from '../lane';
 import type { Connector, Device, Listener, Traits, Transport } from '../transport';
 import { type NetDevice, discoverDevices } from './devices';
 import { NodeLane } from './node-lane';
@@ -20,37 +20,6 @@ import { HELLO_BYTES, type Hello, Role, decodeHandle, decodeHello, encodeHandle,
 export type LaneMaker = (sock: net.Socket, onFail: (err: Error) => void, index: number) => Lane;
 
 export const nodeLanes: LaneMaker = (sock, onFail) => new NodeLane(sock, onFail);
-
-class TcpLink implements Link {
-  private failCb: ((err: Error) => void) | undefined;
-  private done = false;
-  readonly control: Lane;
-  readonly data: Lane[];
-
-  constructor(
-    socks: net.Socket[],
-    makeLane: LaneMaker,
-    readonly description: string,
-    readonly policy: SchedulePolicy,
-  ) {
-    const lanes = socks.map((s, i) => makeLane(s, (e) => this.fail(e), i));
-    this.control = lanes[0];
-    this.data = lanes.slice(1);
-  }
-  onFail(cb: (err: Error) => void): void {
-    this.failCb = cb;
-  }
-  close(): void {
-    this.done = true;
-    this.control.close();
-    this.data.forEach((l) => l.close());
-  }
-  private fail(err: Error): void {
-    if (this.done) return;
-    this.done = true;
-    this.failCb?.(err);
-  }
-}
 
 /** Reads the 40-byte greeting, then leaves the socket paused with nothing buffered. */
 function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefined, h?: Hello) => void): void {
@@ -172,7 +141,7 @@ class TcpListener implements Listener {
   private complete(inc: Incoming, h: Hello): void {
     const socks = inc.socks as net.Socket[];
     const policy = { eagerMax: h.eagerMax, minStripe: h.minStripe, lanes: h.lanes };
-    const link = new TcpLink(socks, this.makeLane, `${socks[0].remoteAddress} -> ${this.dev.name}, ${h.lanes} data socket(s)`, policy);
+    const link = new LaneLink((fail) => socks.map((s, i) => this.makeLane(s, fail, i)), `${socks[0].remoteAddress} -> ${this.dev.name}, ${h.lanes} data socket(s)`, policy);
     // The ACK travels through the lanes themselves: nothing read from here on is lost.
     const ack = encodeHello({ ...h, role: Role.ACK, status: 0 });
     [link.control, ...link.data].forEach((l) => l.write([ack], () => {}));
@@ -241,7 +210,7 @@ class TcpConnector implements Connector {
     clearTimeout(this.timer);
     for (const s of this.socks) s.removeAllListeners('error');
     const to = `${this.socks[0].remoteAddress}:${this.socks[0].remotePort}`;
-    this.link = new TcpLink(this.socks, this.makeLane, `-> ${to}, ${this.policy.lanes} data socket(s)`, this.policy);
+    this.link = new LaneLink((fail) => this.socks.map((s, i) => this.makeLane(s, fail, i)), `-> ${to}, ${this.policy.lanes} data socket(s)`, this.policy);
   }
 
   private fail(err: NetError): void {

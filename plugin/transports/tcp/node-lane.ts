@@ -45,6 +45,7 @@ export class NodeLane implements Lane {
       this.corked = true;
       this.sock.cork();
       queueMicrotask(() => {
+        if (!this.corked) return;
         this.corked = false;
         this.sock.uncork();
       });
@@ -59,6 +60,11 @@ export class NodeLane implements Lane {
   }
 
   close(): void {
+    // What this turn wrote (a CLOSE frame) leaves now, before the socket goes.
+    if (this.corked) {
+      this.corked = false;
+      this.sock.uncork();
+    }
     this.fail(new Error('closed'));
   }
 
