@@ -51,24 +51,13 @@ const char* intern(const std::string& s) {
   return strings->insert(s).first->c_str();
 }
 
-std::string describe(Napi::Env env) {
-  Napi::Error e = env.GetAndClearPendingException();
-  Napi::Value stack = e.Value().IsObject() ? e.Value().As<Napi::Object>().Get("stack") : e.Value();
-  return (stack.IsString() ? stack : e.Value()).ToString().Utf8Value();
-}
-
 // Calls into the plugin; exceptions and malformed answers become an internal error.
 tsn_result_t callJs(Napi::FunctionReference& fn, const char* what, std::initializer_list<napi_value> args,
                     Napi::Object* answer) {
   Napi::Env env(P->env);
-  napi_value global, res = nullptr;
-  napi_get_global(env, &global);
+  napi_value res = nullptr;
   std::vector<napi_value> argv(args);
-  napi_status st = napi_make_callback(env, P->async, global, fn.Value(), argv.size(), argv.data(), &res);
-  if (st != napi_ok || env.IsExceptionPending()) {
-    log(kLogWarn, "plugin threw in %s: %s", what, env.IsExceptionPending() ? describe(env).c_str() : "(no exception)");
-    return TSN_INTERNAL_ERROR;
-  }
+  if (!callPlugin(env, P->async, fn.Value(), what, argv.size(), argv.data(), &res)) return TSN_INTERNAL_ERROR;
   if (!answer) return TSN_SUCCESS;
   Napi::Value v(env, res);
   if (!v.IsObject()) {
@@ -222,6 +211,23 @@ Napi::Value Log(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+bool callPlugin(napi_env env, napi_async_context async, napi_value fn, const char* what, size_t argc,
+                const napi_value* argv, napi_value* result) {
+  Napi::Env e(env);
+  napi_value global;
+  napi_get_global(env, &global);
+  napi_status st = napi_make_callback(env, async, global, fn, argc, argv, result);
+  if (st == napi_ok && !e.IsExceptionPending()) return true;
+  std::string why = "(no exception)";
+  if (e.IsExceptionPending()) {
+    Napi::Error err = e.GetAndClearPendingException();
+    Napi::Value stack = err.Value().IsObject() ? err.Value().As<Napi::Object>().Get("stack") : err.Value();
+    why = (stack.IsString() ? stack : err.Value()).ToString().Utf8Value();
+  }
+  log(kLogWarn, "the plugin threw in %s: %s", what, why.c_str());
+  return false;
+}
 
 napi_value bindingInit(napi_env env, napi_value exports) {
   Napi::Env e(env);

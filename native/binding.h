@@ -9,6 +9,11 @@
 
 namespace tsn {
 
+// Calls fn(argv) through napi_make_callback (microtasks and nextTicks run after it). An
+// exception is cleared and becomes a WARN naming `what`; the answer is then false.
+bool callPlugin(napi_env env, napi_async_context async, napi_value fn, const char* what, size_t argc,
+                const napi_value* argv, napi_value* result);
+
 // Registers the binding's functions (process._linkedBinding('tsnet')).
 napi_value bindingInit(napi_env env, napi_value exports);
 

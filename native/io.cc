@@ -163,32 +163,10 @@ void freeOp(Op* op) {
 
 void callOnDone(int count) {
   napi_env env = E->env;
-  napi_value fn, global, arg, res;
+  napi_value fn, arg, res;
   napi_get_reference_value(env, E->onDone, &fn);
-  napi_get_global(env, &global);
   napi_create_int32(env, count, &arg);
-  napi_status st = napi_make_callback(env, E->async, global, fn, 1, &arg, &res);
-  bool pending = false;
-  napi_is_exception_pending(env, &pending);
-  if (st != napi_ok || pending) {
-    std::string what = "(no exception)";
-    if (pending) {
-      napi_value e, s;
-      napi_get_and_clear_last_exception(env, &e);
-      bool isObj = false;
-      napi_valuetype t;
-      if (napi_typeof(env, e, &t) == napi_ok && t == napi_object) isObj = true;
-      if (isObj && napi_get_named_property(env, e, "stack", &s) == napi_ok) e = s;
-      napi_value str;
-      if (napi_coerce_to_string(env, e, &str) == napi_ok) {
-        char buf[2048];
-        size_t n = 0;
-        napi_get_value_string_utf8(env, str, buf, sizeof buf, &n);
-        what.assign(buf, n);
-      }
-    }
-    log(kLogWarn, "io: the completion handler threw: %s", what.c_str());
-  }
+  callPlugin(env, E->async, fn, "the I/O completion handler", 1, &arg, &res);
 }
 
 // Plugin thread, woken or polling: hands every queued completion to JS.
