@@ -9,7 +9,8 @@ import { type Region, Regions } from './memory';
 import { Op } from './native';
 import { propertiesOf } from './properties';
 import { Receiver, type RecvBuf } from './protocol/receiver';
-import { type Complete, Sender } from './protocol/sender';
+import type { Complete } from './protocol/endpoint';
+import { Sender } from './protocol/sender';
 import { LoopbackTransport } from './transports/loopback';
 import { type IoBinding, NativeIo, adoptSocket } from './transports/native-lane';
 import { TcpTransport, nodeLanes } from './transports/tcp';
@@ -31,8 +32,6 @@ interface Comm {
 
 interface Ctx {
   id: number;
-  commId: bigint;
-  legacy: boolean;
 }
 
 const PTR_NAMES: Record<number, string> = { [PtrKind.HOST]: 'host', [PtrKind.CUDA]: 'CUDA', [PtrKind.DMABUF]: 'dma-buf' };
@@ -172,7 +171,10 @@ export class Plugin {
         log.info(`transport ${this.transport.name}, ${this.transport.devices.length} device(s)`);
       }
       const id = this.id();
-      this.ctxs.set(id, { id, commId: a.commId as bigint, legacy: Boolean(a.legacy) });
+      this.ctxs.set(id, { id });
+      log.info(
+        a.legacy ? `context ${id}: the process-wide context of ncclNet v6-v10` : `context ${id} for communicator 0x${(a.commId as bigint).toString(16)}`,
+      );
       return { ctx: id };
     },
 
