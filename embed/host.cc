@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <node.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -102,6 +103,11 @@ std::string jsString(const std::string& s) {
 void plugin_main(std::string entry) {
   using namespace node;
   pthread_setname_np(pthread_self(), "tsnet-plugin");
+  // The host's signals go to the host's threads: this thread and the V8 platform threads it
+  // starts (which inherit the mask) take none.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   // A guest in someone else's process: no NODE_OPTIONS, no command line, no stdio or
   // terminal changes, no signal handlers, no resource limit changes.
   std::vector<std::string> args{"tsnet"};
