@@ -2,12 +2,11 @@
 // Each lane direction is a pipe that copies straight from the writer's views into the
 // reader's views, so a write completes once the reader has taken its bytes. Tests use it
 // to run the whole protocol (framing, matching, striping) through the real library.
-import { PtrKind } from '../abi';
 import type { Config } from '../config';
 import { invalidArgument } from '../errors';
 import type { SchedulePolicy } from '../protocol/schedule';
 import { type Done, type Lane, LaneLink, type Link } from './lane';
-import type { Connector, Device, Listener, Traits, Transport } from './transport';
+import { type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type Transport } from './transport';
 
 interface Pending {
   views: Uint8Array[];
@@ -128,16 +127,7 @@ class LoopListener implements Listener {
 
 export class LoopbackTransport implements Transport {
   readonly name = 'loopback';
-  readonly traits: Traits = {
-    ptrSupport: PtrKind.HOST,
-    maxRecvs: 8,
-    regIsGlobal: false,
-    forceFlush: false,
-    maxComms: 65536,
-    latencyUs: 0,
-    maxP2pBytes: 1 << 30,
-    maxCollBytes: 1 << 30,
-  };
+  readonly traits = HOST_MEMORY_TRAITS;
   readonly devices: Device[];
   readonly policy: SchedulePolicy;
 

@@ -1,5 +1,6 @@
 // A transport: its devices, what its devices can do (one description, so properties are
 // values, not code paths), and how links are made.
+import { PtrKind } from '../abi';
 import type { SchedulePolicy } from '../protocol/schedule';
 import type { Link } from './lane';
 
@@ -33,6 +34,22 @@ export interface Traits {
   maxP2pBytes: number;
   maxCollBytes: number;
 }
+
+/**
+ * A transport over host memory (NCCL stages GPU data in host buffers for it): grouped
+ * receives of up to 8, no flush, transfers up to 1 GiB (a power of two that fits the int
+ * sizes of older ABI versions).
+ */
+export const HOST_MEMORY_TRAITS: Traits = {
+  ptrSupport: PtrKind.HOST,
+  maxRecvs: 8,
+  regIsGlobal: false,
+  forceFlush: false,
+  maxComms: 65536,
+  latencyUs: 0,
+  maxP2pBytes: 1 << 30,
+  maxCollBytes: 1 << 30,
+};
 
 export interface Listener {
   /** The bytes NCCL carries to the peer (at most 128). */

@@ -5,13 +5,12 @@
 // otherwise, so a stranger on the port never becomes a comm nor breaks the listener.
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
-import { PtrKind } from '../../abi';
 import type { Config } from '../../config';
 import { NetError, systemError } from '../../errors';
 import { log } from '../../log';
 import type { SchedulePolicy } from '../../protocol/schedule';
 import { type Lane, LaneLink, type Link } from '../lane';
-import type { Connector, Device, Listener, Traits, Transport } from '../transport';
+import { type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type Transport } from '../transport';
 import { type NetDevice, discoverDevices } from './devices';
 import { NodeLane } from './node-lane';
 import { HELLO_BYTES, type Hello, Role, decodeHandle, decodeHello, encodeHandle, encodeHello } from './wire';
@@ -223,16 +222,7 @@ class TcpConnector implements Connector {
 
 export class TcpTransport implements Transport {
   readonly name = 'tcp';
-  readonly traits: Traits = {
-    ptrSupport: PtrKind.HOST,
-    maxRecvs: 8,
-    regIsGlobal: false,
-    forceFlush: false,
-    maxComms: 65536,
-    latencyUs: 0,
-    maxP2pBytes: 1 << 30,
-    maxCollBytes: 1 << 30,
-  };
+  readonly traits = HOST_MEMORY_TRAITS;
   readonly devices: Device[];
   readonly policy: SchedulePolicy;
   private readonly netDevices: NetDevice[];
