@@ -143,21 +143,3 @@ export function table(points: Point[], streams: number): string {
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
   return [line(head), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
 }
-
-/** The same table in Markdown, for docs/benchmark.md. */
-export function markdownTable(points: Point[], streams: number): string {
-  const head = ['size', 'tsnet lat p50 µs', 'tsnet p99', 'TCP lat p50 µs', 'TCP p99', 'lat ratio', 'tsnet GB/s', 'TCP×1 GB/s', `TCP×${streams} GB/s`, 'bw ratio'];
-  const rows = points.map((p) => [
-    formatSize(p.size),
-    withSpread(p.latencyUs.tsnet?.median ?? null),
-    num(p.latencyUs.tsnet?.p99.median, 3),
-    withSpread(p.latencyUs.tcp?.median ?? null),
-    num(p.latencyUs.tcp?.p99.median, 3),
-    num(p.ratios.latency, 3),
-    withSpread(p.bandwidthGBps.tsnet),
-    withSpread(p.bandwidthGBps.tcp1),
-    withSpread(p.bandwidthGBps.tcpN),
-    num(p.ratios.bandwidth, 3),
-  ]);
-  return [`| ${head.join(' | ')} |`, `|${head.map((_, i) => (i === 0 ? '---' : '---:')).join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
-}

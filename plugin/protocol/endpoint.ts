@@ -5,7 +5,7 @@ import type { ResultCode } from '../abi';
 import { type NetError, remoteError } from '../errors';
 import { log } from '../log';
 import type { Link } from '../transports/lane';
-import { FRAME_BYTES, FrameType, encodeFrame } from './frames';
+import { FRAME_BYTES, type Frame, FrameType, decodeFrame, encodeFrame } from './frames';
 import { Liveness } from './liveness';
 import type { SchedulePolicy } from './schedule';
 
@@ -30,6 +30,10 @@ export abstract class Endpoint {
   abstract get pending(): number;
   /** 'send' or 'receive', for log lines. */
   protected abstract readonly kind: string;
+  /** 'sender' or 'receiver': the other end, for log lines. */
+  protected abstract readonly peer: string;
+  /** Handles a frame from the peer (never HEARTBEAT or CLOSE); true reads the next at once. */
+  protected abstract onFrame(f: Frame): boolean;
   /** Completes every pending request with err's code and forgets them. */
   protected abstract failPending(err: NetError): void;
   /** Forgets every pending request without completing it: NCCL has closed the comm. */
@@ -62,6 +66,26 @@ export abstract class Endpoint {
   /** A lane failed or the peer went away. */
   protected lost(err: Error): void {
     this.fail(remoteError(`${this.name}: ${err.message}`));
+  }
+
+  // Reads the peer's next frame from the control lane. Any frame proves the peer alive;
+  // CLOSE and malformed frames end the link; the rest go to onFrame.
+  protected readFrame(): void {
+    this.link.control.read(this.frame, (err) => {
+      if (this.failed) return;
+      if (err) return this.lost(err);
+      this.liveness.heardNow();
+      const f = decodeFrame(this.frame);
+      if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the ${this.peer}: ${f}`));
+      if (f.type === FrameType.CLOSE) return this.fail(remoteError(`${this.name}: the ${this.peer} closed the connection`));
+      if (f.type === FrameType.HEARTBEAT || this.onFrame(f)) this.readFrame();
+    });
+  }
+
+  /** A frame that has no business on this side of the link. */
+  protected unexpected(f: Frame): false {
+    this.fail(remoteError(`${this.name}: protocol error: unexpected frame type ${f.type} from the ${this.peer}`));
+    return false;
   }
 
   protected sendFrame(type: FrameType, seq: number, size: number): void {

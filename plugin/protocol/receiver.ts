@@ -8,7 +8,7 @@ import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
 import type { Lane } from '../transports/lane';
 import { Endpoint } from './endpoint';
-import { FLAG_EAGER, type Frame, FrameType, decodeFrame } from './frames';
+import { FLAG_EAGER, type Frame, FrameType } from './frames';
 import { type PostedRecv, type RecvBuffer, assign, fullyAssigned, newPostedRecv } from './matching';
 import { stripes } from './schedule';
 
@@ -33,6 +33,7 @@ const SCRATCH_BYTES = 1 << 20;
 
 export class Receiver extends Endpoint {
   protected readonly kind = 'receive';
+  protected readonly peer = 'sender';
   private readonly posted: PostedRecv<RecvBuf>[] = [];
   private nextSeq = 0;
   private nextLane = 0;
@@ -74,23 +75,16 @@ export class Receiver extends Endpoint {
     for (const q of this.laneQueues) q.length = 0;
   }
 
-  private readFrame(): void {
-    this.link.control.read(this.frame, (err) => {
-      if (this.failed) return;
-      if (err) return this.lost(err);
-      this.liveness.heardNow();
-      const f = decodeFrame(this.frame);
-      if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the sender: ${f}`));
-      if (f.type === FrameType.HEARTBEAT) return this.readFrame();
-      if (f.type === FrameType.CLOSE) return this.fail(remoteError(`${this.name}: the sender closed the connection`));
-      if (f.type !== FrameType.MSG)
-        return this.fail(remoteError(`${this.name}: protocol error: unexpected frame type ${f.type} from the sender`));
-      if (f.seq !== this.nextSeq)
-        return this.fail(remoteError(`${this.name}: protocol error: message ${f.seq} arrived, expected ${this.nextSeq}`));
-      this.nextSeq++;
-      this.waiting = f;
-      this.match();
-    });
+  protected onFrame(f: Frame): boolean {
+    if (f.type !== FrameType.MSG) return this.unexpected(f);
+    if (f.seq !== this.nextSeq) {
+      this.fail(remoteError(`${this.name}: protocol error: message ${f.seq} arrived, expected ${this.nextSeq}`));
+      return false;
+    }
+    this.nextSeq++;
+    this.waiting = f;
+    this.match(); // reads the next frame once this one's payload is placed
+    return false;
   }
 
   // Gives the waiting header a buffer of the first receive that still has a free one.

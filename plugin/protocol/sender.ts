@@ -3,10 +3,10 @@
 // when every byte has left its memory and has fully arrived at the receiver (ACK), so a
 // send that does not fit its receive fails on both sides (NACK).
 import { ResultCode } from '../abi';
-import { type NetError, invalidUsage, remoteError } from '../errors';
+import { type NetError, invalidUsage } from '../errors';
 import { log } from '../log';
 import { Endpoint } from './endpoint';
-import { FLAG_EAGER, FrameType, decodeFrame, encodeFrame } from './frames';
+import { FLAG_EAGER, type Frame, FrameType, encodeFrame } from './frames';
 import { isEager, stripes } from './schedule';
 
 export type { Complete } from './endpoint';
@@ -23,6 +23,7 @@ interface SendOp {
 
 export class Sender extends Endpoint {
   protected readonly kind = 'send';
+  protected readonly peer = 'receiver';
   private seq = 0;
   private nextLane = 0;
   private readonly ops: SendOp[] = []; // in sequence order
@@ -83,33 +84,19 @@ export class Sender extends Endpoint {
     }
   }
 
-  private readFrame(): void {
-    this.link.control.read(this.frame, (err) => {
-      if (this.failed) return;
-      if (err) return this.lost(err);
-      this.liveness.heardNow();
-      const f = decodeFrame(this.frame);
-      if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the receiver: ${f}`));
-      if (f.type === FrameType.ACK) {
-        for (const op of this.ops) if (op.seq <= f.seq) op.acked = true;
-        this.settle();
-      } else if (f.type === FrameType.NACK) {
-        const op = this.ops.find((o) => o.seq === f.seq);
-        if (op) {
-          const e = invalidUsage(
-            `${this.name}: isend of ${op.size} bytes (tag ${op.tag}) does not fit the ${f.size}-byte receive posted for it`,
-          );
-          log.warn(e.message);
-          op.code = e.code;
-        }
-      } else if (f.type === FrameType.HEARTBEAT) {
-        // the receiver is alive
-      } else if (f.type === FrameType.CLOSE) {
-        return this.fail(remoteError(`${this.name}: the receiver closed the connection`));
-      } else {
-        return this.fail(remoteError(`${this.name}: protocol error: unexpected frame type ${f.type} from the receiver`));
-      }
-      this.readFrame();
-    });
+  protected onFrame(f: Frame): boolean {
+    if (f.type === FrameType.ACK) {
+      for (const op of this.ops) if (op.seq <= f.seq) op.acked = true;
+      this.settle();
+      return true;
+    }
+    if (f.type !== FrameType.NACK) return this.unexpected(f);
+    const op = this.ops.find((o) => o.seq === f.seq);
+    if (op) {
+      const e = invalidUsage(`${this.name}: isend of ${op.size} bytes (tag ${op.tag}) does not fit the ${f.size}-byte receive posted for it`);
+      log.warn(e.message);
+      op.code = e.code;
+    }
+    return true;
   }
 }
