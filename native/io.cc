@@ -534,6 +534,18 @@ bool viewOf(napi_env env, napi_value v, iovec* out) {
   return true;
 }
 
+// Fills in an op whose iovecs are set and hands it to its lane's I/O thread.
+void start(Lane* l, Op* op, Kind kind, int niov, size_t left, Napi::Value id) {
+  op->lane = l;
+  op->id = id.As<Napi::Number>().DoubleValue();
+  op->kind = kind;
+  op->niov = niov;
+  op->cur = 0;
+  op->left = left;
+  op->status = 0;
+  post(l->t, op);
+}
+
 Napi::Value IoWrite(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Lane* l = laneArg(info, "ioWrite");
@@ -564,14 +576,7 @@ Napi::Value IoWrite(const Napi::CallbackInfo& info) {
     }
     total += op->iov[i].iov_len;
   }
-  op->lane = l;
-  op->id = info[2].As<Napi::Number>().DoubleValue();
-  op->kind = kWrite;
-  op->niov = static_cast<int>(n);
-  op->cur = 0;
-  op->left = total;
-  op->status = 0;
-  post(l->t, op);
+  start(l, op, kWrite, static_cast<int>(n), total, info[2]);
   return env.Undefined();
 }
 
@@ -586,14 +591,7 @@ Napi::Value IoRead(const Napi::CallbackInfo& info) {
     freeOp(op);
     return fail(env, "ioRead: the view must be a Uint8Array");
   }
-  op->lane = l;
-  op->id = info[2].As<Napi::Number>().DoubleValue();
-  op->kind = kRead;
-  op->niov = 1;
-  op->cur = 0;
-  op->left = op->iov[0].iov_len;
-  op->status = 0;
-  post(l->t, op);
+  start(l, op, kRead, 1, op->iov[0].iov_len, info[2]);
   return env.Undefined();
 }
 
