@@ -5,7 +5,8 @@
 #   lib/                                         libnode 18 and the libraries it needs (RUNPATH $ORIGIN)
 #   js/plugin/                                   the compiled TypeScript
 #   share/nodejs/                                builtins libnode reads from /usr/share/nodejs
-#   install.sh, INSTALL                          puts the builtins in place
+#   install.sh, INSTALL                          puts the builtins in place (root, once per machine)
+#   docs/install.md                              installing on a cluster: root, containers, checks, failures
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -46,13 +47,23 @@ cp -r dist/plugin "$out/js/plugin"
 find "$out/js" -name '*.map' -delete
 for b in acorn acorn-walk cjs-module-lexer undici; do cp -rL "$stage/usr/share/nodejs/$b" "$out/share/nodejs/$b"; done
 
+mkdir -p "$out/docs" && cp docs/install.md "$out/docs/"
+
 cat > "$out/install.sh" <<'SH'
 #!/usr/bin/env bash
-# Puts the builtins libnode reads at start-up in /usr/share/nodejs (where missing). Needs root.
+# Puts the builtins libnode reads at start-up in /usr/share/nodejs (where missing). Needs root
+# when one is missing; docs/install.md says why, and what to do without root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p /usr/share/nodejs
-for b in "$here"/share/nodejs/*; do [ -e "/usr/share/nodejs/$(basename "$b")" ] || cp -r "$b" /usr/share/nodejs/; done
+missing=()
+for b in "$here"/share/nodejs/*; do [ -e "/usr/share/nodejs/$(basename "$b")" ] || missing+=("$b"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  if ! mkdir -p /usr/share/nodejs 2>/dev/null || [ ! -w /usr/share/nodejs ]; then
+    echo "tsnet: install.sh must run as root: it copies libnode's builtins into /usr/share/nodejs (see $here/docs/install.md)" >&2
+    exit 1
+  fi
+  cp -r "${missing[@]}" /usr/share/nodejs/
+fi
 echo "tsnet: builtins in place; use NCCL_NET_PLUGIN=$here/libnccl-net-tsnet.so NCCL_NET=tsnet"
 SH
 chmod +x "$out/install.sh"
@@ -63,6 +74,7 @@ tsnet $(git rev-parse --short HEAD 2>/dev/null || echo unknown): an NCCL/RCCL ne
 2. Once per machine (root):  tsnet/install.sh
    libnode reads four builtins (acorn, acorn-walk, cjs-module-lexer, undici) from
    /usr/share/nodejs at start-up; install.sh copies them there if they are missing.
+   Containers, running without root, checks and usual failures: tsnet/docs/install.md.
 3. Run NCCL with:            NCCL_NET_PLUGIN=/path/to/tsnet/libnccl-net-tsnet.so NCCL_NET=tsnet
    (RCCL: librccl-net-tsnet.so). The libraries find each other through \$ORIGIN: no
    LD_LIBRARY_PATH is needed. NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET shows tsnet loading.
