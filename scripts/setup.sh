@@ -52,6 +52,14 @@ have_builtins || { log "libnode's builtins are missing under /usr/share/nodejs";
 echo "$prefix" > .deps/libnode-prefix
 log "libnode: $prefix ($(sed -n 's/#define NODE_\(MAJOR\|MINOR\|PATCH\)_VERSION \([0-9]*\)/\2/p' "$prefix/include/node/node_version.h" | paste -sd.))"
 
+# libfabric (the ofi transport opens it at run time; its headers build the native layer, its
+# tcp and shm providers run the tests, fi_info helps by hand).
+if ! dpkg -s libfabric1 libfabric-dev libfabric-bin >/dev/null 2>&1; then
+  apt_update
+  log "installing Debian's libfabric"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfabric1 libfabric-dev libfabric-bin >/dev/null
+fi
+
 if [ ! -d node_modules/.bin ] || [ package.json -nt node_modules/.package-lock.json ]; then
   log "npm install"
   npm install --no-audit --no-fund >/dev/null

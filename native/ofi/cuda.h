@@ -1,0 +1,26 @@
+// The few CUDA driver calls the libfabric transport needs, opened at run time (dlopen of
+// libcuda.so.1) and only when GPU memory is asked for. Builds without CUDA headers: the
+// prototypes are declared in native/ofi/cuda.cc. docs/ofi-facts.md explains when it is used.
+#pragma once
+#include <string>
+
+namespace tsn {
+
+// Loads libcuda.so.1 and calls cuInit(0), once per process. False with the reason (no driver,
+// no device, a driver too old for a symbol) when GPU memory cannot be registered.
+bool cudaLoad(std::string* why);
+
+// Where a pointer lives. Sets *device to the ordinal of the GPU that owns p and returns true
+// for CUDA device memory; returns true with *device = -1 for host memory (including memory
+// CUDA does not know); false with the reason when the driver could not be asked.
+bool cudaDeviceOf(const void* p, int* device, std::string* why);
+
+// Number of CUDA devices, 0 when there is no driver.
+int cudaDeviceCount();
+
+// cuFlushGPUDirectRDMAWrites for the current context, scope "owner": makes remote writes
+// into GPU memory visible to the GPU (the OFI_NCCL_CUDA_FLUSH_ENABLE flush). False with the
+// reason when the driver lacks it (CUDA < 11.3) or it fails.
+bool cudaFlushRdmaWrites(std::string* why);
+
+}  // namespace tsn

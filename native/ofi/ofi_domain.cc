@@ -1,0 +1,195 @@
+// Domains (one per NIC per process, shared) and memory registration.
+#include <map>
+#include <mutex>
+
+#include "ofi/cuda.h"
+#include "ofi/ofi_internal.h"
+
+namespace tsn {
+
+#if TSN_HAVE_LIBFABRIC
+namespace {
+
+std::mutex domainsMu;
+std::map<std::string, std::weak_ptr<OfiDomain>> domains;  // by OfiNic::identity
+
+OfiError invalid(const std::string& text) { return ofiErrorOf(-FI_EINVAL, text); }
+
+}  // namespace
+
+OfiDomain::OfiDomain(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+OfiDomain::~OfiDomain() {
+  if (impl_->domain) fi_close(&impl_->domain->fid);
+  if (impl_->fabric) fi_close(&impl_->fabric->fid);
+}
+
+const OfiNic& OfiDomain::nic() const { return impl_->nic; }
+
+std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic& nic, OfiError* err) {
+  if (!ofiLoad(nullptr) || !nic.info) {
+    *err = invalid("OfiDomain::open: libfabric is not loaded or the NIC did not come from ofiDiscover");
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> g(domainsMu);
+  if (auto live = domains[nic.identity].lock()) return live;
+  auto impl = std::make_unique<Impl>();
+  impl->nic = nic;
+  OfiSignalGuard guard;
+  int rc = ofiLib().fabric(nic.info->fabric_attr, &impl->fabric, nullptr);
+  if (rc != 0) {
+    *err = ofiErrorOf(rc, "fi_fabric " + nic.fabric, nic.provider);
+    return nullptr;
+  }
+  rc = fi_domain(impl->fabric, nic.info.get(), &impl->domain, nullptr);
+  if (rc != 0) {
+    *err = ofiErrorOf(rc, "fi_domain " + nic.domain, nic.provider);
+    fi_close(&impl->fabric->fid);
+    return nullptr;
+  }
+  std::shared_ptr<OfiDomain> d(new OfiDomain(std::move(impl)));
+  domains[nic.identity] = d;
+  return d;
+}
+
+std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void* base, size_t size, OfiMemType type,
+                                  OfiEndpoint* ep, OfiError* err) {
+  OfiDomain::Impl* d = domain ? domain->impl() : nullptr;
+  if (!d) {
+    *err = invalid("OfiMr::reg: no domain");
+    return nullptr;
+  }
+  const OfiNic& nic = d->nic;
+  if (!base && size) {
+    *err = invalid("OfiMr::reg: a null buffer");
+    return nullptr;
+  }
+  if (nic.mrEndpoint && !ep) {
+    *err = invalid("OfiMr::reg: " + nic.provider + " registers memory per endpoint (FI_MR_ENDPOINT): pass the endpoint");
+    return nullptr;
+  }
+  int device = -1;
+  if (type == OfiMemType::kCuda) {
+    if (!nic.hmem) {
+      *err = invalid("OfiMr::reg: GPU memory on " + nic.provider + " " + nic.domain + ", which takes host memory only" +
+                     (nic.hmemWhy.empty() ? "" : " (" + nic.hmemWhy + ")"));
+      return nullptr;
+    }
+    std::string why;
+    if (!cudaDeviceOf(base, &device, &why)) {
+      *err = ofiErrorOf(-FI_ENODEV, "OfiMr::reg: cannot tell which GPU owns the buffer", why);
+      return nullptr;
+    }
+    if (device < 0) {
+      *err = invalid("OfiMr::reg: the buffer was registered as GPU memory but CUDA says it is host memory");
+      return nullptr;
+    }
+  }
+  iovec iov{base, size};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  attr.requested_key = nic.provKey ? 0 : d->nextKey.fetch_add(1);
+  attr.iface = type == OfiMemType::kCuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+  if (type == OfiMemType::kCuda) attr.device.cuda = device;
+  fid_mr* mr = nullptr;
+  int rc = fi_mr_regattr(d->domain, &attr, 0, &mr);
+  if (rc != 0) {
+    *err = ofiErrorOf(rc, std::string("fi_mr_regattr of ") + std::to_string(size) + " bytes of " +
+                              (type == OfiMemType::kCuda ? "GPU " + std::to_string(device) : std::string("host")) +
+                              " memory",
+                      nic.provider);
+    return nullptr;
+  }
+  if (nic.mrEndpoint) {
+    OfiEndpoint::Impl* e = ep->impl();
+    rc = e && e->ep ? fi_mr_bind(mr, &e->ep->fid, 0) : -FI_EINVAL;
+    if (rc == 0) rc = fi_mr_enable(mr);
+    if (rc != 0) {
+      *err = ofiErrorOf(rc, "fi_mr_bind/fi_mr_enable to the endpoint (FI_MR_ENDPOINT)", nic.provider);
+      fi_close(&mr->fid);
+      return nullptr;
+    }
+  }
+  std::unique_ptr<OfiMr> r(new OfiMr());
+  r->domain_ = domain;
+  r->mr_ = mr;
+  r->desc_ = fi_mr_desc(mr);
+  r->key_ = fi_mr_key(mr);
+  r->base_ = static_cast<char*>(base);
+  r->size_ = size;
+  r->device_ = device;
+  r->virtAddr_ = nic.virtAddr;
+  if (r->key_ == FI_KEY_NOTAVAIL) {
+    *err = ofiErrorOf(-FI_ENOKEY, "fi_mr_key", nic.provider + " has no 64-bit key for the region");
+    return nullptr;  // the destructor closes the region
+  }
+  return r;
+}
+
+OfiMr::~OfiMr() {
+  if (mr_) fi_close(&static_cast<fid_mr*>(mr_)->fid);
+}
+
+// CUDA support is a build option of libfabric (Debian's and Ubuntu's 1.17 have none, though shm
+// still grants FI_HMEM). Registration checks the memory interface before it looks at the buffer,
+// so a host page offered as CUDA memory answers -FI_ENOSYS exactly when that support is missing.
+bool ofiCudaRegistrable(const OfiNic& nic, std::string* why) {
+  OfiError err;
+  std::shared_ptr<OfiDomain> d = OfiDomain::open(nic, &err);
+  if (!d) {
+    *why = err.text;
+    return false;
+  }
+  std::unique_ptr<char, void (*)(void*)> page(static_cast<char*>(aligned_alloc(4096, 4096)), free);
+  iovec iov{page.get(), 4096};
+  fi_mr_attr attr{};
+  attr.mr_iov = &iov;
+  attr.iov_count = 1;
+  attr.access = FI_REMOTE_READ | FI_REMOTE_WRITE;
+  attr.requested_key = nic.provKey ? 0 : d->impl()->nextKey.fetch_add(1);
+  attr.iface = FI_HMEM_CUDA;
+  attr.device.cuda = 0;
+  fid_mr* mr = nullptr;
+  int rc = fi_mr_regattr(d->impl()->domain, &attr, 0, &mr);
+  if (rc == 0) fi_close(&mr->fid);
+  if (rc != -FI_ENOSYS) return true;  // the interface is there; the page is just not GPU memory
+  *why = "this libfabric has no CUDA support (fi_mr_regattr with FI_HMEM_CUDA: " + ofiStrerror(rc) +
+         "); set TSNET_LIBFABRIC to a libfabric built with CUDA";
+  return false;
+}
+
+uint64_t OfiMr::remoteAddr(const void* p) const {
+  return virtAddr_ ? reinterpret_cast<uintptr_t>(p) : static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+}
+
+#else
+
+struct OfiDomain::Impl {
+  OfiNic nic;
+};
+OfiDomain::OfiDomain(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OfiDomain::~OfiDomain() = default;
+const OfiNic& OfiDomain::nic() const { return impl_->nic; }
+std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic&, OfiError* err) {
+  ofiLoad(&err->text);
+  err->code = -38;  // ENOSYS
+  err->result = ofiResultOf(err->code);
+  return nullptr;
+}
+std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>&, void*, size_t, OfiMemType, OfiEndpoint*,
+                                  OfiError* err) {
+  ofiLoad(&err->text);
+  err->code = -38;
+  err->result = ofiResultOf(err->code);
+  return nullptr;
+}
+OfiMr::~OfiMr() = default;
+uint64_t OfiMr::remoteAddr(const void* p) const {
+  return virtAddr_ ? reinterpret_cast<uintptr_t>(p) : static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+}
+
+#endif
+
+}  // namespace tsn

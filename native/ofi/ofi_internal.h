@@ -1,0 +1,118 @@
+// What the files of native/ofi/ share: the libfabric entry points opened at run time and the
+// objects behind OfiDomain and OfiEndpoint. Only these files include libfabric's headers.
+#pragma once
+#include "ofi/ofi.h"
+
+#if __has_include(<rdma/fabric.h>) && !defined(TSN_OFI_NO_LIBFABRIC)  // the latter to test the stub
+#define TSN_HAVE_LIBFABRIC 1
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#else
+#define TSN_HAVE_LIBFABRIC 0
+#endif
+
+#include <signal.h>
+
+#include <atomic>
+#include <deque>
+#include <string>
+#include <vector>
+
+namespace tsn {
+
+// The host owns its signals, but loading libfabric and opening its objects installs handlers:
+// Debian's and Ubuntu's libfabric links libpsm_infinipath, whose constructor takes SIGINT,
+// SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT at dlopen; shm takes SIGINT, SIGTERM, SIGSEGV and
+// SIGBUS at its first endpoint. Every such call runs under this guard, which puts back any
+// handler that changed while it lived.
+class OfiSignalGuard {
+ public:
+  OfiSignalGuard() {
+    for (int i = 0; i < kN; i++) sigaction(kSigs[i], nullptr, &saved_[i]);
+  }
+  ~OfiSignalGuard() {
+    for (int i = 0; i < kN; i++) {
+      struct sigaction now;
+      if (sigaction(kSigs[i], nullptr, &now) != 0) continue;
+      if (now.sa_sigaction != saved_[i].sa_sigaction || now.sa_flags != saved_[i].sa_flags)
+        sigaction(kSigs[i], &saved_[i], nullptr);
+    }
+  }
+  OfiSignalGuard(const OfiSignalGuard&) = delete;
+  OfiSignalGuard& operator=(const OfiSignalGuard&) = delete;
+
+ private:
+  static constexpr int kN = 12;
+  static constexpr int kSigs[kN] = {SIGHUP,  SIGINT,  SIGQUIT, SIGILL,  SIGABRT, SIGFPE,
+                                    SIGBUS,  SIGSEGV, SIGPIPE, SIGTERM, SIGUSR1, SIGUSR2};
+  struct sigaction saved_[kN];
+};
+
+#if TSN_HAVE_LIBFABRIC
+
+// The only real symbols used; everything else in libfabric's API is static inline and calls
+// through the objects' ops tables, so the library gains no link-time dependency on libfabric.
+struct OfiLib {
+  decltype(&::fi_getinfo) getinfo = nullptr;
+  decltype(&::fi_freeinfo) freeinfo = nullptr;
+  decltype(&::fi_dupinfo) dupinfo = nullptr;
+  decltype(&::fi_fabric) fabric = nullptr;
+  decltype(&::fi_strerror) strerror = nullptr;
+  decltype(&::fi_version) version = nullptr;
+  uint32_t runtime = 0;  // fi_version()
+  uint32_t api = 0;      // the API version asked for: min(runtime, these headers)
+};
+// Valid after ofiLoad returned true.
+const OfiLib& ofiLib();
+
+// An OfiError for a failed call: "<what>: <fi_strerror> [(<detail>)]".
+OfiError ofiErrorOf(int code, const std::string& what, const std::string& detail = "");
+
+// Whether this libfabric registers CUDA memory on the NIC's domain at all (docs/ofi-facts.md).
+bool ofiCudaRegistrable(const OfiNic& nic, std::string* why);
+
+struct OfiDomain::Impl {
+  OfiNic nic;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  std::atomic<uint64_t> nextKey{1};  // keys this layer picks when the provider does not (!FI_MR_PROV_KEY)
+};
+
+// One posted operation. op_context points at it, so the provider may use its first bytes as
+// scratch (mode FI_CONTEXT / FI_CONTEXT2).
+struct OfiPending {
+  fi_context2 scratch;  // first: the provider's, under FI_CONTEXT / FI_CONTEXT2
+  uint64_t ctx = 0;     // the caller's
+  OfiPending* prev = nullptr;  // in flight: post order; free: next only
+  OfiPending* next = nullptr;
+  uint32_t magic = 0;   // kPendingLive while posted
+  OfiOp op = OfiOp::kSend;
+};
+
+struct OfiEndpoint::Impl {
+  std::shared_ptr<OfiDomain> domain;
+  OfiDomain::Impl* d = nullptr;
+  fid_ep* ep = nullptr;
+  fid_cq* cq = nullptr;
+  fid_av* av = nullptr;
+  int waitFd = -1;
+  std::string name;
+  OfiError last;
+  bool closed = false;
+  std::deque<OfiCompletion> backlog;  // read while progressing for a post; poll returns these first
+  // Operations in flight, oldest first, and the free ones.
+  OfiPending* head = nullptr;
+  OfiPending* tail = nullptr;
+  OfiPending* free = nullptr;
+  size_t inFlight = 0;
+  std::vector<std::unique_ptr<OfiPending[]>> chunks;
+};
+
+#endif
+
+}  // namespace tsn
