@@ -1,7 +1,9 @@
-// The Node host. The whole lifecycle of the embedded Node reads as one function, pluginMain:
-// initialize once, create the environment, register the binding, load the plugin, spin the
-// loop. The runtime is never torn down: NCCL may dlclose and dlopen the library again
-// (it is linked -z nodelete) and V8 cannot be initialised twice in one process.
+// The Node host. The whole lifecycle of an embedded Node environment reads as one function,
+// protocolMain: initialize Node once (thread 0), create the environment, register the binding,
+// load the plugin, spin the loop. Every protocol thread runs its own environment (its own
+// isolate and event loop) on the one V8 platform. The runtime is never torn down: NCCL may
+// dlclose and dlopen the library again (it is linked -z nodelete) and V8 cannot be initialised
+// twice in one process.
 #include "host.h"
 
 #include <dlfcn.h>
@@ -12,7 +14,9 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <memory>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -32,17 +36,27 @@ struct ControlCall {
   bool done;
 };
 
-// Never destroyed: the plugin thread may still run while the process exits.
+// One protocol thread as the rest of the process sees it.
+struct Thread {
+  State state = State::kIdle;
+  std::string why;  // why it is not running
+  std::deque<ControlCall*> control;
+  std::atomic<Request*> posted{nullptr};
+  std::atomic<int> waiting{0};  // control calls queued
+  void (*wake)(int) = nullptr;
+};
+
+// Never destroyed: the protocol threads may still run while the process exits.
 struct Host {
   std::mutex mu;
   std::condition_variable cv;
-  State state = State::kIdle;
-  std::string why;  // why the plugin is not running
-  std::deque<ControlCall*> control;
-  std::atomic<Request*> posted{nullptr};
-  void (*wake)() = nullptr;
-  std::atomic<int> waiting{0};  // control calls queued
-  pid_t pid = 0;  // the process the plugin thread runs in
+  Thread threads[kMaxProtocolThreads];
+  std::atomic<int> started{0};  // threads that may take calls (0..started-1)
+  std::string entry;
+  pid_t pid = 0;  // the process the protocol threads run in
+  // Made once by thread 0, shared by every thread's environment.
+  std::unique_ptr<node::InitializationResult> init;
+  std::unique_ptr<node::MultiIsolatePlatform> platform;
 };
 Host& host() {
   static Host* h = new Host();
@@ -78,15 +92,34 @@ std::string findEntry(std::string* tried) {
   return std::string();
 }
 
-void setState(State s, const std::string& why = std::string()) {
+// The first builtin libnode reads from an absolute path at start-up (Debian's libnode: under
+// /usr/share/nodejs; CMakeLists.txt lists them from libnode's config.gypi) that is missing,
+// or "" when none is. libnode aborts the process on a missing one, so init checks first.
+#ifndef TSN_NODE_BUILTINS
+#define TSN_NODE_BUILTINS ""
+#endif
+std::string missingBuiltin() {
+  const std::string list = TSN_NODE_BUILTINS;
+  for (size_t at = 0; at < list.size();) {
+    size_t end = list.find(':', at);
+    if (end == std::string::npos) end = list.size();
+    std::string p = list.substr(at, end - at);
+    if (!p.empty() && !isFile(p)) return p;
+    at = end + 1;
+  }
+  return std::string();
+}
+
+void setState(int index, State s, const std::string& why = std::string()) {
   Host& h = host();
   std::lock_guard<std::mutex> g(h.mu);
-  h.state = s;
-  if (!why.empty()) h.why = why;
+  Thread& t = h.threads[index];
+  t.state = s;
+  if (!why.empty()) t.why = why;
   if (s != State::kRunning) {
-    for (ControlCall* c : h.control) { c->rc = TSN_INTERNAL_ERROR; c->done = true; }
-    h.control.clear();
-    h.waiting.store(0);
+    for (ControlCall* c : t.control) { c->rc = TSN_INTERNAL_ERROR; c->done = true; }
+    t.control.clear();
+    t.waiting.store(0);
   }
   h.cv.notify_all();
 }
@@ -100,18 +133,14 @@ std::string jsString(const std::string& s) {
   return out + "\"";
 }
 
-void plugin_main(std::string entry) {
+// Node and V8, once per process (thread 0). Returns the errors, if any.
+std::vector<std::string> initNode() {
   using namespace node;
-  pthread_setname_np(pthread_self(), "tsnet-plugin");
-  // The host's signals go to the host's threads: this thread and the V8 platform threads it
-  // starts (which inherit the mask) take none.
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  Host& h = host();
   // A guest in someone else's process: no NODE_OPTIONS, no command line, no stdio or
   // terminal changes, no signal handlers, no resource limit changes.
   std::vector<std::string> args{"tsnet"};
-  std::unique_ptr<InitializationResult> init = InitializeOncePerProcess(
+  h.init = InitializeOncePerProcess(
       args, {ProcessInitializationFlags::kNoInitializeV8,
              ProcessInitializationFlags::kNoInitializeNodeV8Platform,
              ProcessInitializationFlags::kDisableNodeOptionsEnv,
@@ -123,26 +152,43 @@ void plugin_main(std::string entry) {
              ProcessInitializationFlags::kNoUseLargePages,
              ProcessInitializationFlags::kNoPrintHelpOrVersionOutput,
              ProcessInitializationFlags::kNoInitOpenSSL});
-  std::vector<std::string> errors = init->errors();
-  if (init->early_return()) errors.push_back("node initialisation stopped early");
-  std::unique_ptr<MultiIsolatePlatform> platform;
+  std::vector<std::string> errors = h.init->errors();
+  if (h.init->early_return()) errors.push_back("node initialisation stopped early");
+  if (!errors.empty()) return errors;
+  h.platform = MultiIsolatePlatform::Create(2);
+  // A development aid (e.g. --perf-basic-prof for perf); never read from NODE_OPTIONS.
+  if (const char* flags = getenv("TSNET_V8_FLAGS"); flags && *flags) v8::V8::SetFlagsFromString(flags);
+  v8::V8::InitializePlatform(h.platform.get());
+  v8::V8::Initialize();
+  return errors;
+}
+
+// One protocol thread's whole life: (thread 0: initialize Node once), create the environment,
+// register the binding, load the plugin, spin the loop for as long as the process runs.
+void protocolMain(int index) {
+  using namespace node;
+  Host& h = host();
+  char name[16];
+  snprintf(name, sizeof name, index ? "tsnet-proto%d" : "tsnet-plugin", index);
+  pthread_setname_np(pthread_self(), name);
+  // The host's signals go to the host's threads: this thread and the V8 platform threads it
+  // starts (which inherit the mask) take none.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  std::vector<std::string> errors;
+  if (index == 0) errors = initNode();
   std::unique_ptr<CommonEnvironmentSetup> setup;
   if (errors.empty()) {
-    platform = MultiIsolatePlatform::Create(2);
-    // A development aid (e.g. --perf-basic-prof for perf); never read from NODE_OPTIONS.
-    if (const char* flags = getenv("TSNET_V8_FLAGS"); flags && *flags) v8::V8::SetFlagsFromString(flags);
-    v8::V8::InitializePlatform(platform.get());
-    v8::V8::Initialize();
     auto flags = static_cast<EnvironmentFlags::Flags>(
         EnvironmentFlags::kNoRegisterESMLoader | EnvironmentFlags::kNoCreateInspector |
         EnvironmentFlags::kNoGlobalSearchPaths);
-    setup = CommonEnvironmentSetup::Create(platform.get(), &errors, init->args(),
-                                           init->exec_args(), flags);
+    setup = CommonEnvironmentSetup::Create(h.platform.get(), &errors, h.init->args(), h.init->exec_args(), flags);
   }
   if (!setup) {
     std::string why = "could not start the embedded Node:";
     for (auto& e : errors) why += " " + e;
-    setState(State::kFailed, why);
+    setState(index, State::kFailed, why);
     return;
   }
   v8::Isolate* isolate = setup->isolate();
@@ -152,38 +198,40 @@ void plugin_main(std::string entry) {
     v8::Isolate::Scope isolate_scope(isolate);
     v8::HandleScope handle_scope(isolate);
     v8::Context::Scope context_scope(setup->context());
-    // process.exit() inside the plugin stops the plugin, never the host process.
+    bindingSetThread(index);
+    // process.exit() inside the plugin stops that protocol thread, never the host process.
     SetProcessExitHandler(env, [](Environment* e, int code) {
-      log(kLogWarn, "the plugin called process.exit(%d); tsnet stops", code);
-      setState(State::kStopped, "the plugin exited");
+      int i = bindingThreadIndex();
+      log(kLogWarn, "the plugin called process.exit(%d) on protocol thread %d; it stops", code, i);
+      setState(i, State::kStopped, "the plugin exited");
       Stop(e);
     });
     AddLinkedBinding(env, "tsnet", bindingInit, 8);
     std::string src =
         "const binding = process._linkedBinding('tsnet');\n"
         "try {\n"
-        "  globalThis.require = require('module').createRequire(" + jsString(entry) + ");\n"
-        "  globalThis.require(" + jsString(entry) + ");\n"
+        "  globalThis.require = require('module').createRequire(" + jsString(h.entry) + ");\n"
+        "  globalThis.require(" + jsString(h.entry) + ");\n"
         "} catch (e) { binding.loadFailed(String((e && e.stack) || e)); }\n";
     if (LoadEnvironment(env, src.c_str()).IsEmpty())
-      setState(State::kFailed, "the plugin's JavaScript threw while loading");
+      setState(index, State::kFailed, "the plugin's JavaScript threw while loading");
     {
-      std::lock_guard<std::mutex> g(host().mu);
-      if (host().state == State::kStarting) {
-        host().state = State::kFailed;
-        host().why = "the plugin's JavaScript did not call binding.start()";
-        host().cv.notify_all();
+      std::lock_guard<std::mutex> g(h.mu);
+      Thread& t = h.threads[index];
+      if (t.state == State::kStarting) {
+        t.state = State::kFailed;
+        t.why = "the plugin's JavaScript did not call binding.start()";
+        h.cv.notify_all();
       }
     }
     SpinEventLoop(env).FromMaybe(1);
   }
-  setState(State::kStopped, "the plugin's event loop ended");
+  setState(index, State::kStopped, "the plugin's event loop ended");
   // The environment and the platform are deliberately leaked: see the note at the top.
   setup.release();
-  platform.release();
 }
 
-// A child forked after the plugin started inherits its state but not its thread.
+// A child forked after the plugin started inherits its state but not its threads.
 bool forkedChild(Host& h) {
   if (h.pid == 0 || h.pid == getpid()) return false;
   log(kLogWarn, "the plugin was started in process %d; this forked child (%d) cannot use it", int(h.pid), int(getpid()));
@@ -196,66 +244,102 @@ tsn_result_t hostStart() {
   Host& h = host();
   std::unique_lock<std::mutex> lk(h.mu);
   if (forkedChild(h)) return TSN_INTERNAL_ERROR;
-  if (h.state == State::kIdle) {
+  Thread& t0 = h.threads[0];
+  if (t0.state == State::kIdle) {
     std::string tried;
-    std::string entry = findEntry(&tried);
-    if (entry.empty()) {
-      h.state = State::kFailed;
-      h.why = "the plugin's JavaScript entry was not found (tried " + tried +
-              "; set TSNET_JS_ENTRY)";
+    h.entry = findEntry(&tried);
+    std::string builtin = missingBuiltin();
+    if (!builtin.empty()) {
+      t0.state = State::kFailed;
+      t0.why = "libnode's builtin " + builtin +
+               " is missing: Node cannot start without it (the bundle's install.sh puts it there, as root, "
+               "once per machine; see docs/install.md)";
+    } else if (h.entry.empty()) {
+      t0.state = State::kFailed;
+      t0.why = "the plugin's JavaScript entry was not found (tried " + tried + "; set TSNET_JS_ENTRY)";
     } else {
-      h.state = State::kStarting;
+      t0.state = State::kStarting;
       h.pid = getpid();
-      log(kLogInfo, "starting the plugin thread with %s", entry.c_str());
-      std::thread(plugin_main, entry).detach();
+      log(kLogInfo, "starting the plugin thread with %s", h.entry.c_str());
+      std::thread(protocolMain, 0).detach();
     }
   }
-  h.cv.wait(lk, [&] { return h.state != State::kStarting; });
-  if (h.state == State::kRunning) return TSN_SUCCESS;
-  log(kLogWarn, "%s", h.why.c_str());
+  h.cv.wait(lk, [&] { return t0.state != State::kStarting; });
+  if (t0.state == State::kRunning) return TSN_SUCCESS;
+  log(kLogWarn, "%s", t0.why.c_str());
   return TSN_INTERNAL_ERROR;
 }
 
-tsn_result_t hostCall(const std::function<tsn_result_t()>& fn) {
+tsn_result_t hostStartMore(int n, std::string* why) {
+  Host& h = host();
+  std::unique_lock<std::mutex> lk(h.mu);
+  if (n < 1 || n > kMaxProtocolThreads) {
+    *why = "protocol threads must be 1 to " + std::to_string(kMaxProtocolThreads);
+    return TSN_INVALID_ARGUMENT;
+  }
+  if (h.started.load() > 1) return TSN_SUCCESS;
+  for (int i = 1; i < n; i++) {
+    h.threads[i].state = State::kStarting;
+    std::thread(protocolMain, i).detach();
+  }
+  h.cv.wait(lk, [&] {
+    for (int i = 1; i < n; i++)
+      if (h.threads[i].state == State::kStarting) return false;
+    return true;
+  });
+  for (int i = 1; i < n; i++)
+    if (h.threads[i].state != State::kRunning) {
+      *why = "protocol thread " + std::to_string(i) + ": " + h.threads[i].why;
+      return TSN_INTERNAL_ERROR;  // the started ones stay idle: calls go to 0..started-1 only
+    }
+  h.started.store(n);
+  return TSN_SUCCESS;
+}
+
+int hostThreads() { return std::max(1, host().started.load()); }
+
+tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn) {
   Host& h = host();
   ControlCall call{&fn, TSN_SUCCESS, false};
   std::unique_lock<std::mutex> lk(h.mu);
   if (forkedChild(h)) return TSN_INTERNAL_ERROR;
-  if (h.state != State::kRunning) {
-    log(kLogWarn, "the plugin is not running: %s", h.why.empty() ? "init was not called" : h.why.c_str());
+  Thread& t = h.threads[thread];
+  if (t.state != State::kRunning) {
+    log(kLogWarn, "the plugin is not running: %s", t.why.empty() ? "init was not called" : t.why.c_str());
     return TSN_INTERNAL_ERROR;
   }
-  h.control.push_back(&call);
-  h.waiting.fetch_add(1, std::memory_order_seq_cst);
-  h.wake();
+  t.control.push_back(&call);
+  t.waiting.fetch_add(1, std::memory_order_seq_cst);
+  t.wake(thread);
   h.cv.wait(lk, [&] { return call.done; });
   return call.rc;
 }
 
-void hostPost(Request* r) {
-  Host& h = host();
-  Request* head = h.posted.load(std::memory_order_relaxed);
-  do { r->next = head; } while (!h.posted.compare_exchange_weak(head, r, std::memory_order_seq_cst,
+void hostPost(int thread, Request* r) {
+  Thread& t = host().threads[thread];
+  Request* head = t.posted.load(std::memory_order_relaxed);
+  do { r->next = head; } while (!t.posted.compare_exchange_weak(head, r, std::memory_order_seq_cst,
                                                                std::memory_order_relaxed));
-  if (h.wake) h.wake();
+  if (t.wake) t.wake(thread);
 }
 
-Request* hostTakePosted() {
-  Request* r = host().posted.exchange(nullptr, std::memory_order_acquire);
+Request* hostTakePosted(int thread) {
+  Request* r = host().threads[thread].posted.exchange(nullptr, std::memory_order_acquire);
   Request* fifo = nullptr;
   while (r) { Request* next = r->next; r->next = fifo; fifo = r; r = next; }
   return fifo;
 }
 
-bool hostRunOneControl(void (*beforeRun)()) {
+bool hostRunOneControl(int thread, void (*beforeRun)()) {
   Host& h = host();
+  Thread& t = h.threads[thread];
   ControlCall* c;
   {
     std::lock_guard<std::mutex> g(h.mu);
-    if (h.control.empty()) return false;
-    c = h.control.front();
-    h.control.pop_front();
-    h.waiting.fetch_sub(1, std::memory_order_relaxed);
+    if (t.control.empty()) return false;
+    c = t.control.front();
+    t.control.pop_front();
+    t.waiting.fetch_sub(1, std::memory_order_relaxed);
   }
   beforeRun();
   tsn_result_t rc = (*c->fn)();
@@ -266,19 +350,22 @@ bool hostRunOneControl(void (*beforeRun)()) {
   return true;
 }
 
-bool hostHasWork() {
-  Host& h = host();
-  return h.posted.load(std::memory_order_seq_cst) || h.waiting.load(std::memory_order_seq_cst) > 0;
+bool hostHasWork(int thread) {
+  Thread& t = host().threads[thread];
+  return t.posted.load(std::memory_order_seq_cst) || t.waiting.load(std::memory_order_seq_cst) > 0;
 }
 
-void hostReady(void (*wake)()) {
+void hostReady(int thread, void (*wake)(int)) {
   Host& h = host();
   std::lock_guard<std::mutex> g(h.mu);
-  h.wake = wake;
-  h.state = State::kRunning;
+  h.threads[thread].wake = wake;
+  h.threads[thread].state = State::kRunning;
+  if (thread == 0 && h.started.load() == 0) h.started.store(1);
   h.cv.notify_all();
 }
 
-void hostLoadFailed(const std::string& why) { setState(State::kFailed, "the plugin failed to load: " + why); }
+void hostLoadFailed(int thread, const std::string& why) {
+  setState(thread, State::kFailed, "the plugin failed to load: " + why);
+}
 
 }  // namespace tsn

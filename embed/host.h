@@ -1,5 +1,6 @@
-// The Node host: one plugin thread owns a Node environment and its event loop.
-// NCCL's threads hand it control calls (synchronous) and posted requests (queued).
+// The Node host: protocol threads, each owning a Node environment and its event loop. Thread 0
+// (the plugin thread) starts at the first init and starts the others when the plugin asks.
+// NCCL's threads hand a protocol thread control calls (synchronous) and posted requests (queued).
 #pragma once
 #include <functional>
 #include <string>
@@ -8,29 +9,36 @@
 
 namespace tsn {
 
-// Starts the plugin thread and loads the plugin's JavaScript, once per process.
-// Waits until the plugin said it is ready (or failed to load).
+constexpr int kMaxProtocolThreads = 16;
+
+// Starts protocol thread 0 and loads the plugin's JavaScript, once per process. Waits until
+// the plugin said it is ready (or failed to load).
 tsn_result_t hostStart();
 
-// Runs fn on the plugin thread and returns its result. Fails (internal error) when the
-// plugin is not running.
-tsn_result_t hostCall(const std::function<tsn_result_t()>& fn);
+// Runs fn on protocol thread `thread` and returns its result. Fails (internal error) when that
+// thread is not running.
+tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn);
 
-// Queues a posted request for the plugin thread and wakes it. Lock-free.
-void hostPost(Request* r);
+// Queues a posted request for protocol thread `thread` and wakes it. Lock-free.
+void hostPost(int thread, Request* r);
 
-// --- used on the plugin thread by the binding ---
+// Protocol threads running (1 until the plugin starts more).
+int hostThreads();
 
+// --- used on protocol thread `thread` by the binding ---
+
+// Starts protocol threads 1..n-1 (thread 0 only, once) and waits until each is ready.
+tsn_result_t hostStartMore(int n, std::string* why);
 // Every posted request, oldest first, linked through Request::next.
-Request* hostTakePosted();
+Request* hostTakePosted(int thread);
 // Runs the oldest waiting control call; false when none waits. beforeRun runs first, after
 // the call was taken: requests posted before the call are then handled before it.
-bool hostRunOneControl(void (*beforeRun)());
-// The plugin is ready: calls may flow. wake() wakes the plugin thread (any thread may call it).
-void hostReady(void (*wake)());
-// True when posted requests or control calls wait (the polling plugin thread checks this).
-bool hostHasWork();
-// The plugin could not start; every caller gets an error naming why.
-void hostLoadFailed(const std::string& why);
+bool hostRunOneControl(int thread, void (*beforeRun)());
+// The thread's plugin is ready: calls may flow. wake(thread) wakes it (any thread may call it).
+void hostReady(int thread, void (*wake)(int));
+// True when posted requests or control calls wait for the thread (its polling loop checks this).
+bool hostHasWork(int thread);
+// The thread's plugin could not start; every caller gets an error naming why.
+void hostLoadFailed(int thread, const std::string& why);
 
 }  // namespace tsn

@@ -1,9 +1,13 @@
-// The `tsnet` binding (node-addon-api). The plugin thread enters JavaScript only here:
-// the wake-up handler drains posted requests into a shared mailbox and runs control calls.
+// The `tsnet` binding (node-addon-api), one instance per protocol thread. A protocol thread
+// enters JavaScript only here: a turn hands the plugin the requests NCCL posted (a shared
+// mailbox) and lets it read its completion rings; control calls run one at a time.
 #include "binding.h"
 
 #define NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
+#include <fcntl.h>
 #include <napi.h>
+#include <time.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <cstring>
@@ -13,35 +17,44 @@
 #include <unordered_map>
 
 #include "../embed/host.h"
-#include "io.h"
+#include "engine/engine.h"
 #include "waker.h"
 
 namespace tsn {
 namespace {
 
-// Mailbox record of one posted request, in doubles: op, comm id, slot, n, then per buffer
-// region id, offset, size, tag. The plugin reads it as a Float64Array (plugin/native.ts).
-constexpr int kRecordHead = 4;
-constexpr int kRecordStride = kRecordHead + 4 * TSN_MAX_RECVS;
+constexpr int kRecordStride = TSN_POST_HEAD + TSN_POST_BUF * TSN_MAX_RECVS;
 constexpr int kMailboxRecords = 1024;
 
 struct Plugin {
+  int index = 0;
   napi_env env = nullptr;
   Napi::FunctionReference control;  // control(op, args) -> { result, ... }
-  Napi::FunctionReference data;     // data(count): read count records from the mailbox
+  Napi::FunctionReference turn;     // turn(count): count posted requests wait in the mailbox
   Napi::Reference<Napi::Float64Array> mailboxRef;
   double* mailbox = nullptr;
   napi_async_context async = nullptr;
   Waker waker;
-  std::unordered_map<uint32_t, Comm*> comms;
+  std::unordered_map<uint32_t, napi_ref> statusViews;  // comm id -> its slot-status ArrayBuffer
   // Busy-poll window: after activity the loop polls without sleeping for spinNs, so a reply
   // or the next post is seen without an epoll wake-up; then it sleeps again.
   uv_idle_t spin;
   std::atomic<bool> spinning{false};
   uint64_t spinNs = 0;
   uint64_t lastActivity = 0;
+  uint64_t busyNs = 0;  // time spent in turns and control calls (TSNET_STATS)
 };
-Plugin* P = nullptr;
+thread_local Plugin* P = nullptr;
+thread_local int tIndex = -1;
+Plugin* g_plugins[kMaxProtocolThreads] = {};
+std::atomic<bool> g_trace{false};
+int g_traceFd = -1;
+
+double nowUs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
 
 // Interned C strings for properties: NCCL keeps the pointers, so they live forever.
 const char* intern(const std::string& s) {
@@ -79,10 +92,15 @@ uint32_t u32(Napi::Object o, const char* key) {
   return v.IsNumber() ? v.As<Napi::Number>().Uint32Value() : 0;
 }
 
-// Drains posted requests into the mailbox, calling the plugin once per full mailbox.
-void drainPosted() {
-  Request* r = hostTakePosted();
+// One turn of the plugin: the posted requests go into the mailbox (the plugin is called once
+// per full or final mailbox) and the plugin reads its completion rings. Called when woken,
+// while polling, and before each control call.
+void runTurn() {
+  Request* r = hostTakePosted(P->index);
   Napi::Env env(P->env);
+  bool trace = g_trace.load(std::memory_order_relaxed);
+  double taken = trace ? nowUs() : 0;
+  bool called = false;
   while (r) {
     int count = 0;
     for (; r && count < kMailboxRecords; r = r->next, count++) {
@@ -91,43 +109,48 @@ void drainPosted() {
       rec[1] = r->comm->jsId;
       rec[2] = r->index;
       rec[3] = r->n;
+      rec[4] = r->postedUs;
+      rec[5] = taken;
       for (int i = 0; i < r->n; i++) {
-        double* b = rec + kRecordHead + 4 * i;
+        double* b = rec + TSN_POST_HEAD + TSN_POST_BUF * i;
         b[0] = r->bufs[i].mrId;
         b[1] = static_cast<double>(r->bufs[i].offset);
         b[2] = static_cast<double>(r->bufs[i].size);
         b[3] = r->bufs[i].tag;
       }
     }
-    callJs(P->data, "data", {Napi::Number::New(env, count)}, nullptr);
+    callJs(P->turn, "turn", {Napi::Number::New(env, count)}, nullptr);
+    called = true;
   }
+  if (!called && enginePortHasWork(P->index)) callJs(P->turn, "turn", {Napi::Number::New(env, 0)}, nullptr);
 }
 
 void pump();
 
 // The busy-poll window: while it is open nobody wakes this thread, so it looks for work itself.
+// Each visit polls in a tight loop for a while (every turn of libuv's loop costs an epoll_wait),
+// then lets the loop run its timers and sockets.
 void onSpin(uv_idle_t*) {
-  ioPoll();
-  if (hostHasWork()) pump();
+  constexpr uint64_t kVisitNs = 20'000;
+  uint64_t until = uv_hrtime() + kVisitNs;
+  do {
+    if (hostHasWork(P->index) || enginePortHasWork(P->index)) pump();
+  } while (uv_hrtime() < until && P->spinNs);
   if (uv_hrtime() - P->lastActivity < P->spinNs) return;
   uv_idle_stop(&P->spin);
   P->spinning.store(false, std::memory_order_seq_cst);
   // Work posted just before the flag dropped found it set and sent no wake-up.
-  ioPoll();
-  if (hostHasWork()) pump();
-}
-
-// Posters call this after queueing work.
-void wakePlugin() {
-  if (!P->spinning.load(std::memory_order_seq_cst)) P->waker.wake();
+  if (hostHasWork(P->index) || enginePortHasWork(P->index)) pump();
 }
 
 void pump() {
   markActivity();
+  uint64_t t0 = uv_hrtime();
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
-  do drainPosted();
-  while (hostRunOneControl(drainPosted));
+  do runTurn();
+  while (hostRunOneControl(P->index, runTurn));
+  P->busyNs += uv_hrtime() - t0;
 }
 
 // --- functions the plugin calls ---
@@ -139,14 +162,15 @@ Napi::Value Start(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   Napi::Object h = info[0].As<Napi::Object>();
-  if (!h.IsObject() || !h.Get("control").IsFunction() || !h.Get("data").IsFunction()) {
-    Napi::TypeError::New(env, "start({control, data}) needs two functions").ThrowAsJavaScriptException();
+  if (!h.IsObject() || !h.Get("control").IsFunction() || !h.Get("turn").IsFunction()) {
+    Napi::TypeError::New(env, "start({control, turn}) needs two functions").ThrowAsJavaScriptException();
     return env.Undefined();
   }
   P = new Plugin();
+  P->index = tIndex < 0 ? 0 : tIndex;
   P->env = env;
   P->control = Napi::Persistent(h.Get("control").As<Napi::Function>());
-  P->data = Napi::Persistent(h.Get("data").As<Napi::Function>());
+  P->turn = Napi::Persistent(h.Get("turn").As<Napi::Function>());
   Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(env, kMailboxRecords * kRecordStride * sizeof(double));
   Napi::Float64Array mailbox = Napi::Float64Array::New(env, kMailboxRecords * kRecordStride, buf, 0);
   P->mailboxRef = Napi::Persistent(mailbox);
@@ -159,40 +183,30 @@ Napi::Value Start(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   uv_idle_init(loop, &P->spin);
-  hostReady(wakePlugin);
+  g_plugins[P->index] = P;
+  hostReady(P->index, pluginWake);
   Napi::Object out = Napi::Object::New(env);
   out.Set("mailbox", mailbox);
   out.Set("recordStride", kRecordStride);
-  out.Set("recordHead", kRecordHead);
+  out.Set("recordHead", TSN_POST_HEAD);
   out.Set("slotsPerComm", kSlotsPerComm);
+  out.Set("thread", P->index);
   return out;
 }
 
 Napi::Value LoadFailed(const Napi::CallbackInfo& info) {
-  hostLoadFailed(info[0].ToString().Utf8Value());
+  hostLoadFailed(tIndex < 0 ? 0 : tIndex, info[0].ToString().Utf8Value());
   return info.Env().Undefined();
 }
 
-// complete(commId, slot, result, size0, size1, ...): ends a posted request.
-Napi::Value Complete(const Napi::CallbackInfo& info) {
+// startThreads(n): protocol threads 1..n-1 (thread 0 only). Throws naming why on failure.
+Napi::Value StartThreads(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  uint32_t commId = info[0].As<Napi::Number>().Uint32Value();
-  uint32_t slot = info[1].As<Napi::Number>().Uint32Value();
-  int result = info[2].As<Napi::Number>().Int32Value();
-  auto it = P->comms.find(commId);
-  if (it == P->comms.end() || slot >= static_cast<uint32_t>(kSlotsPerComm)) {
-    Napi::RangeError::New(env, "complete: no such request").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
-  Request* r = &it->second->slots[slot];
-  if (r->state.load(std::memory_order_relaxed) != kPosted) {
-    Napi::Error::New(env, "complete: request is not in flight").ThrowAsJavaScriptException();
-    return env.Undefined();
-  }
-  int n = static_cast<int>(info.Length()) - 3;
-  for (int i = 0; i < n && i < TSN_MAX_RECVS; i++) r->sizes[i] = info[3 + i].As<Napi::Number>().Int32Value();
-  r->result = result;
-  r->state.store(result == TSN_SUCCESS ? kDone : kFailed, std::memory_order_release);
+  int n = info[0].As<Napi::Number>().Int32Value();
+  std::string why;
+  if (P->index != 0) why = "only protocol thread 0 starts the others";
+  else if (hostStartMore(n, &why) == TSN_SUCCESS) return env.Undefined();
+  Napi::Error::New(env, "startThreads: " + why).ThrowAsJavaScriptException();
   return env.Undefined();
 }
 
@@ -207,6 +221,51 @@ Napi::Value Log(const Napi::CallbackInfo& info) {
   int level = info[0].As<Napi::Number>().Int32Value();
   unsigned long flags = static_cast<unsigned long>(info[1].As<Napi::Number>().Int64Value());
   logMessage(level, flags, info[2].ToString().Utf8Value().c_str());
+  return info.Env().Undefined();
+}
+
+// now(): CLOCK_MONOTONIC in microseconds, the clock of every trace timestamp.
+Napi::Value Now(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), nowUs()); }
+
+// threadCpu(): CPU microseconds the calling thread has used.
+Napi::Value ThreadCpu(const Napi::CallbackInfo& info) {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return Napi::Number::New(info.Env(), static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3);
+}
+
+// busy(): microseconds this thread spent in turns and control calls (not polling, not asleep).
+Napi::Value Busy(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(P->busyNs) / 1e3); }
+
+// traceOpen(path): opens (truncates) the process's trace file once and turns on timestamps;
+// false when it cannot be opened. traceWrite(text): appends, atomically per call.
+Napi::Value TraceOpen(const Napi::CallbackInfo& info) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  if (g_traceFd < 0) {
+    std::string path = info[0].ToString().Utf8Value();
+    g_traceFd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (g_traceFd < 0) return Napi::Boolean::New(info.Env(), false);
+    ssize_t w = write(g_traceFd, "[\n", 2);
+    (void)w;
+    g_trace.store(true);
+  }
+  return Napi::Boolean::New(info.Env(), true);
+}
+
+// Events of several threads, one write per call: ",\n" joins them, so the file is a JSON array
+// whose closing bracket is missing (both viewers accept that).
+Napi::Value TraceWrite(const Napi::CallbackInfo& info) {
+  static std::mutex mu;
+  static bool first = true;
+  if (g_traceFd >= 0) {
+    std::string s = info[0].ToString().Utf8Value();
+    std::lock_guard<std::mutex> g(mu);
+    if (!first) s = ",\n" + s;
+    first = false;
+    ssize_t w = write(g_traceFd, s.data(), s.size());
+    (void)w;
+  }
   return info.Env().Undefined();
 }
 
@@ -234,12 +293,23 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   Napi::Object o(env, exports);
   o.Set("start", Napi::Function::New(e, Start, "start"));
   o.Set("loadFailed", Napi::Function::New(e, LoadFailed, "loadFailed"));
-  o.Set("complete", Napi::Function::New(e, Complete, "complete"));
+  o.Set("startThreads", Napi::Function::New(e, StartThreads, "startThreads"));
   o.Set("log", Napi::Function::New(e, Log, "log"));
   o.Set("setSpin", Napi::Function::New(e, SetSpin, "setSpin"));
-  ioRegister(env, exports);
+  o.Set("now", Napi::Function::New(e, Now, "now"));
+  o.Set("threadCpu", Napi::Function::New(e, ThreadCpu, "threadCpu"));
+  o.Set("busy", Napi::Function::New(e, Busy, "busy"));
+  o.Set("traceOpen", Napi::Function::New(e, TraceOpen, "traceOpen"));
+  o.Set("traceWrite", Napi::Function::New(e, TraceWrite, "traceWrite"));
+  o.Set("thread", tIndex < 0 ? 0 : tIndex);
+  engineRegister(env, exports);
   return exports;
 }
+
+void bindingSetThread(int index) { tIndex = index; }
+int bindingThreadIndex() { return tIndex; }
+bool tracing() { return g_trace.load(std::memory_order_relaxed); }
+double traceNowUs() { return nowUs(); }
 
 void markActivity() {
   if (!P || !P->spinNs) return;
@@ -250,10 +320,10 @@ void markActivity() {
   }
 }
 
-bool pluginPolling() { return P && P->spinning.load(std::memory_order_seq_cst); }
-
-void commRegister(Comm* comm) { P->comms[comm->jsId] = comm; }
-void commForget(Comm* comm) { P->comms.erase(comm->jsId); }
+void pluginWake(int thread) {
+  Plugin* p = g_plugins[thread];
+  if (p && !p->spinning.load(std::memory_order_seq_cst)) p->waker.wake();
+}
 
 // --- control calls ---
 
@@ -377,6 +447,21 @@ tsn_result_t jsAccept(uint32_t listenId, uint32_t* commId) {
   return rc;
 }
 
+tsn_result_t jsAttachComm(Comm* comm) {
+  Napi::Env env(P->env);
+  Napi::HandleScope scope(env);
+  Napi::Object a = Napi::Object::New(env), out;
+  a.Set("comm", comm->jsId);
+  // The slot states test() reads; the plugin writes them when a request ends.
+  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, comm->status, sizeof comm->status, [](Napi::Env, void*) {});
+  a.Set("status", ab);
+  tsn_result_t rc = control("attach", a, &out);
+  napi_ref ref;
+  napi_create_reference(env, ab, 1, &ref);
+  P->statusViews[comm->jsId] = ref;
+  return rc;
+}
+
 tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr) {
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
@@ -384,19 +469,30 @@ tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr) {
   a.Set("comm", comm->jsId);
   a.Set("type", type);
   a.Set("size", static_cast<double>(size));
-  // A view of NCCL's memory, no copy; detached again at deregMr.
-  Napi::ArrayBuffer ab = Napi::ArrayBuffer::New(env, data, size);
-  a.Set("buffer", ab);
+  a.Set("base", static_cast<double>(reinterpret_cast<uintptr_t>(data)));
+  // Host memory: a view of NCCL's memory, no copy; detached again at deregMr. GPU memory gets
+  // none: JavaScript must never touch it.
+  Napi::ArrayBuffer ab;
+  if (type == TSN_PTR_HOST) {
+    ab = Napi::ArrayBuffer::New(env, data, size);
+    a.Set("buffer", ab);
+  }
   tsn_result_t rc = control("regMr", a, &out);
   if (rc != TSN_SUCCESS) {
-    ab.Detach();
+    if (!ab.IsEmpty()) ab.Detach();
     return rc;
   }
-  napi_ref ref;
-  napi_create_reference(env, ab, 1, &ref);
+  napi_ref ref = nullptr;
+  if (!ab.IsEmpty()) napi_create_reference(env, ab, 1, &ref);
   mr->jsBuffer = ref;
   mr->jsId = u32(out, "mr");
   return TSN_SUCCESS;
+}
+
+static void detach(napi_ref ref) {
+  napi_value ab;
+  if (ref && napi_get_reference_value(P->env, ref, &ab) == napi_ok && ab) napi_detach_arraybuffer(P->env, ab);
+  if (ref) napi_delete_reference(P->env, ref);
 }
 
 tsn_result_t jsDeregMr(Comm* comm, Mr* mr) {
@@ -407,10 +503,7 @@ tsn_result_t jsDeregMr(Comm* comm, Mr* mr) {
   a.Set("mr", mr->jsId);
   tsn_result_t rc = control("deregMr", a, &out);
   // Whatever the plugin said, nothing may touch the memory once NCCL has it back.
-  napi_ref ref = static_cast<napi_ref>(mr->jsBuffer);
-  napi_value ab;
-  if (ref && napi_get_reference_value(env, ref, &ab) == napi_ok && ab) napi_detach_arraybuffer(env, ab);
-  if (ref) napi_delete_reference(env, ref);
+  detach(static_cast<napi_ref>(mr->jsBuffer));
   mr->jsBuffer = nullptr;
   return rc;
 }
@@ -423,7 +516,17 @@ static tsn_result_t closeCall(const char* op, const char* key, uint32_t id) {
   return control(op, a, &out);
 }
 
-tsn_result_t jsCloseComm(Comm* comm) { return closeCall("close", "comm", comm->jsId); }
+tsn_result_t jsCloseComm(Comm* comm) {
+  tsn_result_t rc = closeCall("close", "comm", comm->jsId);
+  auto it = P->statusViews.find(comm->jsId);
+  if (it != P->statusViews.end()) {
+    Napi::Env env(P->env);
+    Napi::HandleScope scope(env);
+    detach(it->second);
+    P->statusViews.erase(it);
+  }
+  return rc;
+}
 tsn_result_t jsCloseListen(uint32_t listenId) { return closeCall("closeListen", "listen", listenId); }
 tsn_result_t jsFinalize(uint32_t ctxId) { return closeCall("finalize", "ctx", ctxId); }
 

@@ -1,5 +1,6 @@
 // The `tsnet` binding: what the plugin's JavaScript sees of native memory and of NCCL, and
-// the calls the core makes into the plugin. Everything here runs on the plugin thread.
+// the calls the core makes into the plugin. Each protocol thread has its own instance; every
+// js* call runs on the protocol thread that owns what it names.
 #pragma once
 #include <node_api.h>
 
@@ -16,6 +17,9 @@ bool callPlugin(napi_env env, napi_async_context async, napi_value fn, const cha
 
 // Registers the binding's functions (process._linkedBinding('tsnet')).
 napi_value bindingInit(napi_env env, napi_value exports);
+// The protocol thread the calling thread is (-1 for any other thread).
+void bindingSetThread(int index);
+int bindingThreadIndex();
 
 // Control calls into the plugin. Each returns the plugin's result code; a JavaScript
 // exception becomes an internal error with a WARN naming it.
@@ -26,6 +30,8 @@ tsn_result_t jsListen(uint32_t ctxId, int dev, void* handle, uint32_t* listenId)
 // connect/accept answer *commId = 0 while the connection is not up yet.
 tsn_result_t jsConnect(uint32_t ctxId, int dev, int trafficClass, const void* handle, uint32_t* commId);
 tsn_result_t jsAccept(uint32_t listenId, uint32_t* commId);
+// A new comm's slot states are shared with the plugin.
+tsn_result_t jsAttachComm(Comm* comm);
 tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr);
 tsn_result_t jsDeregMr(Comm* comm, Mr* mr);
 tsn_result_t jsCloseComm(Comm* comm);
@@ -33,14 +39,13 @@ tsn_result_t jsCloseListen(uint32_t listenId);
 tsn_result_t jsFinalize(uint32_t ctxId);
 tsn_result_t jsSetNetAttr(uint32_t ctxId, const tsn_net_attr_t* attr);
 
-// Something happened on the plugin thread: keeps the busy-poll window open (TSNET_SPIN_US).
+// Something happened on the calling protocol thread: keeps its busy-poll window open.
 void markActivity();
-// True while the plugin thread polls (its busy-poll window is open): other threads need not
-// wake it, it finds their work itself. Any thread.
-bool pluginPolling();
+// Wakes protocol thread `thread` unless it polls (its busy-poll window is open). Any thread.
+void pluginWake(int thread);
 
-// Comms the plugin may complete requests of (plugin thread only).
-void commRegister(Comm* comm);
-void commForget(Comm* comm);
+// TSNET_TRACE: timestamps are taken (any thread), in CLOCK_MONOTONIC microseconds.
+bool tracing();
+double traceNowUs();
 
 }  // namespace tsn

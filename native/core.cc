@@ -7,6 +7,10 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
 
 #include "../embed/host.h"
 #include "binding.h"
@@ -48,30 +52,83 @@ static Ctx* ctxOf(void* ctx) {
   return handleOf<Ctx>(ctx, kMagicCtx);
 }
 
-static Comm* newComm(uint32_t magic, uint32_t jsId) {
+// Runs on the comm's protocol thread (inside hostCall): the plugin learns where the comm's
+// slot states live. A failure leaves no comm behind.
+static Comm* newComm(uint32_t magic, uint32_t jsId, int thread) {
   Comm* c = new Comm();
   c->magic = magic;
   c->jsId = jsId;
+  c->thread = thread;
   for (int i = 0; i < kSlotsPerComm; i++) {
     c->slots[i].magic = kMagicRequest;
     c->slots[i].comm = c;
     c->slots[i].index = static_cast<uint16_t>(i);
   }
-  commRegister(c);  // plugin thread: called inside hostCall
+  if (jsAttachComm(c) != TSN_SUCCESS) {
+    jsCloseComm(c);
+    delete c;
+    return nullptr;
+  }
   return c;
 }
 
+// A closed comm's memory stays readable for a while, its magic dead: NCCL may still test a
+// request of it (after an abort) and must get an error, not a crash. The oldest goes after
+// kQuarantine closes, so repeated open/close cycles hold bounded memory.
+static void retireComm(Comm* c) {
+  constexpr size_t kQuarantine = 64;
+  static std::mutex* mu = new std::mutex();
+  static std::deque<Comm*>* dead = new std::deque<Comm*>();
+  c->magic = kMagicDead;
+  for (Request& r : c->slots) r.magic = kMagicDead;
+  Comm* old = nullptr;
+  {
+    std::lock_guard<std::mutex> g(*mu);
+    dead->push_back(c);
+    if (dead->size() > kQuarantine) {
+      old = dead->front();
+      dead->pop_front();
+    }
+  }
+  delete old;
+}
+
+// The protocol thread for a new listener: round robin over the running ones.
+static int pickThread() {
+  static std::atomic<unsigned> next{0};
+  return static_cast<int>(next++ % static_cast<unsigned>(hostThreads()));
+}
+
+// NCCL calls connect again with the same handle until the comm is up: every retry must reach
+// the protocol thread that holds the attempt.
+static std::mutex g_connectMu;
+static std::map<std::string, int>* g_connecting = new std::map<std::string, int>();
+
+static std::string connectKey(Ctx* c, int dev, const void* handle) {
+  std::string k(reinterpret_cast<const char*>(&c), sizeof c);
+  k.append(reinterpret_cast<const char*>(&dev), sizeof dev);
+  k.append(static_cast<const char*>(handle), TSN_HANDLE_SIZE);
+  return k;
+}
+
 // A free slot of the comm, or nullptr when all are in flight. One thread drives a comm's
-// data path, so the search needs no lock; the state itself is shared with the plugin thread.
+// data path, so the search needs no lock; the state itself is shared with the protocol thread.
 static Request* takeSlot(Comm* c) {
   for (int k = 0; k < kSlotsPerComm; k++) {
     Request* r = &c->slots[(c->cursor + k) % kSlotsPerComm];
-    if (r->state.load(std::memory_order_acquire) == kFree) {
+    if (slotState(c, r->index) == kFree) {
       c->cursor = (r->index + 1) % kSlotsPerComm;
       return r;
     }
   }
   return nullptr;
+}
+
+// Hands a filled slot to the comm's protocol thread.
+static void post(Comm* c, Request* r) {
+  r->postedUs = tracing() ? traceNowUs() : 0;
+  __atomic_store_n(&c->status[r->index].state, kPosted, __ATOMIC_RELAXED);  // published by hostPost
+  hostPost(c->thread, r);
 }
 
 // Resolves [data, data+size) inside a registered region of this comm.
@@ -111,7 +168,7 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
   if (legacy && g_legacy.load()) return TSN_SUCCESS;  // NCCL loaded the library again
   uint32_t id = 0;
   int trafficClass = config ? config->trafficClass : -1;
-  rc = hostCall([&] { return jsInit(commId, trafficClass, legacy, &id); });
+  rc = hostCall(0, [&] { return jsInit(commId, trafficClass, legacy, &id); });
   if (rc != TSN_SUCCESS) return rc;
   Ctx* c = new Ctx{kMagicCtx, id};
   if (legacy) {
@@ -125,22 +182,23 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
 
 tsn_result_t tsn_devices(int* ndev) {
   if (!ndev) FAIL(TSN_INVALID_ARGUMENT, "devices: ndev is NULL");
-  return hostCall([&] { return jsDevices(ndev); });
+  return hostCall(0, [&] { return jsDevices(ndev); });
 }
 
 tsn_result_t tsn_get_properties(int dev, tsn_props_t* props) {
   if (!props) FAIL(TSN_INVALID_ARGUMENT, "getProperties: props is NULL");
-  return hostCall([&] { return jsGetProperties(dev, props); });
+  return hostCall(0, [&] { return jsGetProperties(dev, props); });
 }
 
 tsn_result_t tsn_listen(void* ctx, int dev, void* handle, void** listenComm) {
   Ctx* c = ctxOf(ctx);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "listen: %p is not a context from init", ctx);
   if (!handle || !listenComm) FAIL(TSN_INVALID_ARGUMENT, "listen: handle or listenComm is NULL");
-  return hostCall([&] {
+  int thread = pickThread();
+  return hostCall(thread, [&] {
     uint32_t id = 0;
     tsn_result_t rc = jsListen(c->jsId, dev, handle, &id);
-    if (rc == TSN_SUCCESS) *listenComm = new ListenComm{kMagicListen, id};
+    if (rc == TSN_SUCCESS) *listenComm = new ListenComm{kMagicListen, id, thread};
     return rc;
   });
 }
@@ -153,12 +211,24 @@ tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, vo
   if (!handle || !sendComm) FAIL(TSN_INVALID_ARGUMENT, "connect: handle or sendComm is NULL");
   *sendComm = nullptr;
   int trafficClass = config ? config->trafficClass : -1;
-  return hostCall([&] {
+  std::string key = connectKey(c, dev, handle);
+  int thread;
+  {
+    std::lock_guard<std::mutex> g(g_connectMu);
+    auto it = g_connecting->find(key);
+    thread = it != g_connecting->end() ? it->second : ((*g_connecting)[key] = pickThread());
+  }
+  tsn_result_t rc = hostCall(thread, [&] {
     uint32_t id = 0;
-    tsn_result_t rc = jsConnect(c->jsId, dev, trafficClass, handle, &id);
-    if (rc == TSN_SUCCESS && id) *sendComm = newComm(kMagicSend, id);
-    return rc;
+    tsn_result_t r = jsConnect(c->jsId, dev, trafficClass, handle, &id);
+    if (r == TSN_SUCCESS && id && !(*sendComm = newComm(kMagicSend, id, thread))) r = TSN_INTERNAL_ERROR;
+    return r;
   });
+  if (rc != TSN_SUCCESS || *sendComm) {
+    std::lock_guard<std::mutex> g(g_connectMu);
+    g_connecting->erase(key);
+  }
+  return rc;
 }
 
 tsn_result_t tsn_accept(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm) {
@@ -167,10 +237,10 @@ tsn_result_t tsn_accept(void* listenComm, void** recvComm, tsn_dev_handle_t** re
   if (!l) FAIL(TSN_INVALID_ARGUMENT, "accept: %p is not a listen comm", listenComm);
   if (!recvComm) FAIL(TSN_INVALID_ARGUMENT, "accept: recvComm is NULL");
   *recvComm = nullptr;
-  return hostCall([&] {
+  return hostCall(l->thread, [&] {
     uint32_t id = 0;
     tsn_result_t rc = jsAccept(l->jsId, &id);
-    if (rc == TSN_SUCCESS && id) *recvComm = newComm(kMagicRecv, id);
+    if (rc == TSN_SUCCESS && id && !(*recvComm = newComm(kMagicRecv, id, l->thread))) rc = TSN_INTERNAL_ERROR;
     return rc;
   });
 }
@@ -186,7 +256,7 @@ tsn_result_t tsn_reg_mr(void* comm, void* data, size_t size, int type, void** mh
   if (!mhandle) FAIL(TSN_INVALID_ARGUMENT, "regMr: mhandle is NULL");
   if (!data && size) FAIL(TSN_INVALID_ARGUMENT, "regMr: data is NULL with size %zu", size);
   Mr* mr = new Mr{kMagicMr, 0, static_cast<char*>(data), size, c, nullptr};
-  tsn_result_t rc = hostCall([&] { return jsRegMr(c, data, size, type, mr); });
+  tsn_result_t rc = hostCall(c->thread, [&] { return jsRegMr(c, data, size, type, mr); });
   if (rc != TSN_SUCCESS) {
     mr->magic = kMagicDead;
     delete mr;
@@ -202,7 +272,7 @@ tsn_result_t tsn_dereg_mr(void* comm, void* mhandle) {
   Mr* mr = handleOf<Mr>(mhandle, kMagicMr);
   if (!mr) FAIL(TSN_INVALID_ARGUMENT, "deregMr: %p is not a memory handle from regMr", mhandle);
   if (mr->comm != c) FAIL(TSN_INVALID_ARGUMENT, "deregMr: memory handle %p belongs to another comm", mhandle);
-  tsn_result_t rc = hostCall([&] { return jsDeregMr(c, mr); });
+  tsn_result_t rc = hostCall(c->thread, [&] { return jsDeregMr(c, mr); });
   mr->magic = kMagicDead;
   delete mr;
   return rc;
@@ -223,8 +293,7 @@ tsn_result_t tsn_isend(void* sendComm, void* data, size_t size, int tag, void* m
   r->op = kOpSend;
   r->n = 1;
   r->bufs[0] = b;
-  r->state.store(kPosted, std::memory_order_relaxed);
-  hostPost(r);
+  post(c, r);
   return TSN_SUCCESS;
 }
 
@@ -248,8 +317,7 @@ tsn_result_t tsn_irecv(void* recvComm, int n, void** data, const size_t* sizes, 
   r->op = kOpRecv;
   r->n = n;
   memcpy(r->bufs, bufs, sizeof(Buf) * n);
-  r->state.store(kPosted, std::memory_order_relaxed);
-  hostPost(r);
+  post(c, r);
   return TSN_SUCCESS;
 }
 
@@ -272,8 +340,7 @@ tsn_result_t tsn_iflush(void* recvComm, int n, void** data, int* sizes, void** m
   r->op = kOpFlush;
   r->n = n;
   memcpy(r->bufs, bufs, sizeof(Buf) * n);
-  r->state.store(kPosted, std::memory_order_relaxed);
-  hostPost(r);
+  post(c, r);
   return TSN_SUCCESS;
 }
 
@@ -281,16 +348,17 @@ tsn_result_t tsn_test(void* request, int* done, int* sizes) {
   Request* r = handleOf<Request>(request, kMagicRequest);
   if (!r) FAIL(TSN_INVALID_ARGUMENT, "test: %p is not a request", request);
   if (!done) FAIL(TSN_INVALID_ARGUMENT, "test: done is NULL");
-  int s = r->state.load(std::memory_order_acquire);
+  tsn_slot_status_t* st = &r->comm->status[r->index];
+  int s = slotState(r->comm, r->index);
   if (s == kPosted) {
     *done = 0;
     return TSN_SUCCESS;
   }
   if (s == kFree) FAIL(TSN_INTERNAL_ERROR, "test: request %p is not in flight (tested after it completed?)", request);
   *done = 1;
-  tsn_result_t rc = s == kDone ? TSN_SUCCESS : r->result;
-  if (s == kDone && sizes && r->op != kOpFlush) memcpy(sizes, r->sizes, sizeof(int) * (r->op == kOpRecv ? r->n : 1));
-  r->state.store(kFree, std::memory_order_release);
+  tsn_result_t rc = s == kDone ? TSN_SUCCESS : st->result;
+  if (s == kDone && sizes && r->op != kOpFlush) memcpy(sizes, st->sizes, sizeof(int) * (r->op == kOpRecv ? r->n : 1));
+  __atomic_store_n(&st->state, kFree, __ATOMIC_RELEASE);
   return rc;
 }
 
@@ -298,14 +366,8 @@ static tsn_result_t closeComm(void* comm, uint32_t magic, const char* what) {
   Comm* c = handleOf<Comm>(comm, magic);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "%s: %p is not a %s comm", what, comm, magic == kMagicSend ? "send" : "receive");
   // The plugin stops every operation that can still touch this comm's memory first.
-  tsn_result_t rc = hostCall([&] {
-    tsn_result_t r = jsCloseComm(c);
-    commForget(c);
-    return r;
-  });
-  c->magic = kMagicDead;
-  for (Request& r : c->slots) r.magic = kMagicDead;
-  delete c;
+  tsn_result_t rc = hostCall(c->thread, [&] { return jsCloseComm(c); });
+  retireComm(c);
   return rc;
 }
 
@@ -315,7 +377,7 @@ tsn_result_t tsn_close_recv(void* recvComm) { return closeComm(recvComm, kMagicR
 tsn_result_t tsn_close_listen(void* listenComm) {
   ListenComm* l = handleOf<ListenComm>(listenComm, kMagicListen);
   if (!l) FAIL(TSN_INVALID_ARGUMENT, "closeListen: %p is not a listen comm", listenComm);
-  tsn_result_t rc = hostCall([&] { return jsCloseListen(l->jsId); });
+  tsn_result_t rc = hostCall(l->thread, [&] { return jsCloseListen(l->jsId); });
   l->magic = kMagicDead;
   delete l;
   return rc;
@@ -324,7 +386,12 @@ tsn_result_t tsn_close_listen(void* listenComm) {
 tsn_result_t tsn_finalize(void* ctx) {
   Ctx* c = ctx ? handleOf<Ctx>(ctx, kMagicCtx) : nullptr;
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "finalize: %p is not a context from init", ctx);
-  tsn_result_t rc = hostCall([&] { return jsFinalize(c->jsId); });
+  // Every protocol thread closes what it still runs for this context.
+  tsn_result_t rc = TSN_SUCCESS;
+  for (int t = 0; t < hostThreads(); t++) {
+    tsn_result_t r = hostCall(t, [&] { return jsFinalize(c->jsId); });
+    if (rc == TSN_SUCCESS) rc = r;
+  }
   c->magic = kMagicDead;
   delete c;
   return rc;
@@ -334,7 +401,7 @@ tsn_result_t tsn_set_net_attr(void* ctx, const tsn_net_attr_t* attr) {
   Ctx* c = ctxOf(ctx);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: %p is not a context from init", ctx);
   if (!attr) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: attr is NULL");
-  return hostCall([&] { return jsSetNetAttr(c->jsId, attr); });
+  return hostCall(0, [&] { return jsSetNetAttr(c->jsId, attr); });
 }
 
 }  // extern "C"

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/records.h"
 #include "generated/tsnet_abi.h"
 
 namespace tsn {
@@ -19,7 +20,7 @@ enum Magic : uint32_t {
   kMagicDead = 0xdead'beef,
 };
 
-enum SlotState : int { kFree = 0, kPosted = 1, kDone = 2, kFailed = 3 };
+enum SlotState : int { kFree = TSN_SLOT_FREE, kPosted = TSN_SLOT_POSTED, kDone = TSN_SLOT_DONE, kFailed = TSN_SLOT_FAILED };
 enum OpKind : int { kOpSend = 1, kOpRecv = 2, kOpFlush = 3 };
 
 // Request slots per comm: NCCL keeps up to 32 requests in flight, a sender up to 32 x maxRecvs.
@@ -35,6 +36,7 @@ struct Ctx {
 struct ListenComm {
   uint32_t magic;  // kMagicListen
   uint32_t jsId;   // the plugin's listener id
+  int thread;      // the protocol thread that runs it (and the comms it accepts)
 };
 
 struct Mr {
@@ -55,25 +57,28 @@ struct Buf {
 };
 
 // A request slot: the pointer NCCL holds between isend/irecv/iflush and the test that ends it.
+// Its state lives in the comm's status array, which the protocol thread writes.
 struct Request {
-  uint32_t magic;                // kMagicRequest
-  std::atomic<int> state;        // SlotState; done/failed are stored with release order
-  Request* next;                 // link in the post queue
-  Comm* comm;                    // owner
-  uint16_t index;                // position in the owner's pool
-  int op;                        // OpKind
-  int n;                         // buffers in the operation
-  int result;                    // tsn_result_t once failed
-  int sizes[TSN_MAX_RECVS];      // completed sizes
-  Buf bufs[TSN_MAX_RECVS];       // what was posted
+  uint32_t magic;           // kMagicRequest
+  Request* next;            // link in the post queue
+  Comm* comm;               // owner
+  uint16_t index;           // position in the owner's pool (and its status)
+  int op;                   // OpKind
+  int n;                    // buffers in the operation
+  double postedUs;          // when NCCL posted it (TSNET_TRACE), else 0
+  Buf bufs[TSN_MAX_RECVS];  // what was posted
 };
 
 struct Comm {
   uint32_t magic;   // kMagicSend or kMagicRecv
   uint32_t jsId;    // the plugin's comm id
   uint32_t cursor;  // where the next free-slot search starts
+  int thread;       // the protocol thread that runs it
+  alignas(64) tsn_slot_status_t status[kSlotsPerComm];  // shared with that thread
   Request slots[kSlotsPerComm];
 };
+
+inline int slotState(const Comm* c, int i) { return __atomic_load_n(&c->status[i].state, __ATOMIC_ACQUIRE); }
 
 // Logging through NCCL's logger (or stderr before one is known, only for WARN).
 void setLogger(tsn_logger_t logger);

@@ -6,7 +6,7 @@ export function propertiesOf(index: number, dev: Device, traits: Traits): NetPro
   return {
     name: dev.name,
     pciPath: dev.pciPath,
-    guid: BigInt(index),
+    guid: dev.guid,
     ptrSupport: traits.ptrSupport,
     regIsGlobal: traits.regIsGlobal ? 1 : 0,
     forceFlush: traits.forceFlush ? 1 : 0,

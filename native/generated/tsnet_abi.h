@@ -115,7 +115,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_vprops_t, devs) == 4, "tsn_vprops_t.devs offset")
 typedef struct tsn_props_v6 {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int speed; /* Link speed in Mbps. */
   int port; /* Port number. */
@@ -138,7 +138,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_props_v6_t, maxRecvs) == 44, "tsn_props_v6_t.maxR
 typedef struct tsn_props_v7 {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int speed; /* Link speed in Mbps. */
   int port; /* Port number. */
@@ -165,7 +165,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_props_v7_t, netDeviceVersion) == 52, "tsn_props_v
 typedef struct tsn_props_v8 {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int regIsGlobal; /* A registration is not tied to one comm. */
   int speed; /* Link speed in Mbps. */
@@ -194,7 +194,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_props_v8_t, netDeviceVersion) == 56, "tsn_props_v
 typedef struct tsn_props_v9 {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int regIsGlobal; /* A registration is not tied to one comm. */
   int forceFlush; /* Flush every GPU receive. */
@@ -231,7 +231,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_props_v9_t, maxCollBytes) == 96, "tsn_props_v9_t.
 typedef struct tsn_props_v10 {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int regIsGlobal; /* A registration is not tied to one comm. */
   int forceFlush; /* Flush every GPU receive. */
@@ -268,7 +268,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_props_v10_t, maxCollBytes) == 96, "tsn_props_v10_
 typedef struct tsn_props_v11 {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int regIsGlobal; /* A registration is not tied to one comm. */
   int forceFlush; /* Flush every GPU receive. */
@@ -307,7 +307,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_props_v11_t, maxMultiRequestSize) == 104, "tsn_pr
 typedef struct tsn_props_v12 {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int regIsGlobal; /* A registration is not tied to one comm. */
   int forceFlush; /* Flush every GPU receive. */
@@ -350,7 +350,7 @@ TSN_STATIC_ASSERT(offsetof(tsn_props_v12_t, planeId) == 126, "tsn_props_v12_t.pl
 typedef struct tsn_props {
   char* name; /* Device name; also NCCL's topology key, so unique per device. */
   char* pciPath; /* Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
-  uint64_t guid; /* Identifies the NIC chip (the device index is fine). */
+  uint64_t guid; /* Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   int ptrSupport; /* PtrKind bits the device can register. */
   int regIsGlobal; /* A registration is not tied to one comm. */
   int forceFlush; /* Flush every GPU receive. */

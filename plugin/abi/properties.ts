@@ -17,7 +17,7 @@ export interface NetProperties {
   name: CStr;
   /** Realpath of the NIC's /sys PCI device; null for a virtual NIC. */
   pciPath: CStr | null;
-  /** Identifies the NIC chip (the device index is fine). */
+  /** Identifies the NIC chip: NCCL takes devices with one guid and port for ports of one NIC. */
   guid: U64;
   /** PtrKind bits the device can register. */
   ptrSupport: I32;

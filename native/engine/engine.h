@@ -1,0 +1,18 @@
+// The native I/O engine (docs/io-threads.md): I/O threads that own every socket of every
+// link and move bytes between sockets and memory, driven by the protocol threads through
+// shared-memory rings (records.h): submissions in, completions and arrived bytes out.
+#pragma once
+#include <node_api.h>
+
+namespace tsn {
+
+constexpr int kMaxPorts = 16;  // protocol threads, each with its own rings to every I/O thread
+
+// True when I/O threads left completions for this protocol thread (any thread may ask).
+bool enginePortHasWork(int port);
+
+// Adds the io* functions (ioStart, ioPort, ioAdopt, ioWake, ioClose, ioCancel, ioStats) to
+// the binding's exports of the calling protocol thread.
+void engineRegister(napi_env env, napi_value exports);
+
+}  // namespace tsn

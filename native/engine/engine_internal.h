@@ -1,0 +1,151 @@
+// The engine's objects, shared by engine.cc (the I/O threads) and engine_js.cc (the functions
+// protocol threads call). See engine.cc for who touches what.
+#pragma once
+#include <pthread.h>
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine.h"
+#include "ring.h"
+
+namespace tsn {
+class OfiEndpoint;
+}
+
+namespace tsn {
+
+constexpr int kMaxIoThreads = 64;
+constexpr size_t kScratchBytes = 1 << 16;   // where dropped bytes go, per I/O thread
+constexpr uint32_t kLaneChunk = 1024;       // lane ids: a table of chunks, never moved
+constexpr uint32_t kLaneChunks = 1024;
+constexpr uint32_t kSubRecords = 2048;      // submission ring, per protocol and I/O thread
+constexpr uint32_t kCqRecords = 4096;       // completion ring, per I/O and protocol thread
+enum { kW = 0, kR = 1 };
+
+struct Op {
+  Op* next = nullptr;  // free list, lane queue or dead list: one at a time
+  uint32_t link = 0, op = 0;
+  uint16_t flags = 0;
+  uint16_t kind = 0;     // TSN_SUB_*
+  bool ext = false;      // names memory the protocol does not own (NCCL's)
+  bool discard = false;  // a read whose bytes are dropped
+  int niov = 0, cur = 0;
+  size_t total = 0, left = 0;
+  iovec iov[2];
+  uint8_t inl[TSN_SUB_INLINE];
+  // libfabric lanes: the peer, the remote side, immediate data, registrations of iov[0], iov[1]
+  uint64_t peer = 0, raddr = 0, rkey = 0;
+  uint64_t imm = 0;
+  uint32_t mr[2] = {0, 0};
+};
+
+struct IoThread;
+
+struct Lane {
+  uint32_t id = 0;
+  int fd = -1;
+  IoThread* t = nullptr;
+  int port = 0;       // the protocol thread that owns the lane
+  uint32_t link = 0;  // its link id, for receive-ring notifications
+  std::mutex mu;
+  // Under mu:
+  bool closed = false;   // the fd is gone
+  bool quiet = false;    // the protocol closed the lane: no more completions
+  bool closing = false;  // graceful close: finish inline writes, shut down writing, drain
+  int err = 0;           // the lane failed: every op completes with this status
+  bool eof = false;      // the peer ended the stream
+  Op* head[2] = {nullptr, nullptr};  // per direction (kW, kR): FIFO
+  Op* tail[2] = {nullptr, nullptr};
+  Op* dead = nullptr;    // cancelled ops, recycled by the I/O thread
+  // libfabric lanes: an RDM endpoint in place of the socket, and posts waiting for room (FI_EAGAIN)
+  OfiEndpoint* ofi = nullptr;
+  Op* ofiHead = nullptr;
+  Op* ofiTail = nullptr;
+  int ofiErrors = 0;         // failed completions so far (the first ones are logged)
+  bool ofiNoWait = false;    // no wait fd: its thread must poll it (I/O thread only)
+  std::string ofiLastError;  // the provider's words for the last one
+  uint8_t* rx = nullptr;  // control lanes: the receive ring, owned by its JavaScript ArrayBuffer
+  tsn_rx_hdr_t* rxHdr = nullptr;
+  uint32_t rxCap = 0;
+  bool rxStalled = false;
+  // I/O thread only:
+  bool listed = false;  // in the thread's run list
+  bool hup = false;     // epoll reported the peer's end or an error: read until EAGAIN or 0
+  bool shutWr = false;
+  uint64_t lingerUntil = 0;
+};
+
+// Rare messages to an I/O thread (MPSC stack): a hard-closed lane to free, a lane to look at.
+struct Admin {
+  enum Kind { kRetire, kKick, kAddOfi };
+  Admin* next = nullptr;
+  Kind kind;
+  Lane* lane;
+};
+
+struct IoThread {
+  int index = 0;
+  int ep = -1, ev = -1;
+  pthread_t handle{};
+  std::atomic<Admin*> admin{nullptr};
+  std::vector<Lane*> run;        // lanes with work (I/O thread only)
+  std::vector<Lane*> lingering;  // closing lanes waiting for the peer's end
+  std::vector<Lane*> graveyard;  // freed before the next epoll_wait
+  std::vector<Lane*> ofi;        // libfabric lanes: polled every pass
+  int ofiNoWait = 0;             // of those, lanes without a wait fd: the thread never blocks long
+  Op* freeOps = nullptr;
+  std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread
+  uint64_t spinNs = 0;  // after work, poll this long before sleeping (TSNET_SPIN_US)
+  uint8_t* scratch = nullptr;
+};
+
+// One protocol thread's rings: a submission ring to and a completion ring from each I/O thread.
+struct Port {
+  Ring<tsn_sub_t> sub[kMaxIoThreads];
+  Ring<tsn_cqe_t> cq[kMaxIoThreads];
+};
+
+struct Engine {
+  std::vector<IoThread*> threads;
+  std::atomic<Port*> ports[kMaxPorts] = {};
+  int32_t* sleeping = nullptr;  // per I/O thread, shared with JavaScript: 1 = wake me
+  uint64_t lingerNs = 0;        // how long a closing lane waits for the peer's end
+  std::atomic<bool> trace{false};
+  std::mutex laneMu;
+  std::vector<uint32_t> freeIds;
+  uint32_t nextId = 1;
+  std::atomic<Lane**> chunks[kLaneChunks] = {};
+};
+extern Engine* E;
+
+// engine.cc
+bool startThreads(int n, double spinUs, double lingerMs, std::string* why);
+void emit(IoThread* t, int port, uint32_t link, uint32_t op, int status, double value, uint64_t imm = 0,
+          uint32_t flags = 0);
+Op* allocOp(IoThread* t);
+void freeOp(IoThread* t, Op* op);
+void listLane(IoThread* t, Lane* l);
+void retireNow(IoThread* t, Lane* l);
+// engine_ofi.cc (libfabric lanes; the caller holds the lane's lock where it says so)
+void ofiTake(IoThread* t, Lane* l, Op* op);          // queue a post (lock held)
+bool ofiProgress(IoThread* t, Lane* l);              // post what waits, poll; true: work remains (lock held)
+void ofiClose(Lane* l);                              // close the endpoint, drop every op (lock held)
+void ofiDelete(Lane* l);                             // the lane is freed: its endpoint goes
+void ofiRelease(Op* op);                             // an op leaves: its registrations' counts drop
+bool ofiMayBlock(IoThread* t);                       // every endpoint agrees to sleep (fi_trywait)
+void ofiRegister(napi_env env, napi_value exports);  // ofiOpen, ofiRail, ofiInsertPeer, ofiRegMr, ...
+Lane* newLane(int fd, IoThread* t, int port, uint32_t link);
+Lane* laneOf(uint32_t id);
+void wakeThread(IoThread* t);
+void postAdmin(IoThread* t, Admin* a);
+bool syncSubs(int port, IoThread* t);
+void cancelLane(Lane* l, bool graceful, bool* partial, bool* hard);
+void cancelRange(Lane* l, size_t base, size_t len, int* reads, int* writes);
+
+}  // namespace tsn

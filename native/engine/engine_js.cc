@@ -1,0 +1,259 @@
+// The engine's functions as protocol threads see them (binding `tsnet`): start the I/O threads,
+// get this thread's rings, hand sockets over, wake a sleeping I/O thread, close and cancel.
+// Submissions and completions themselves never pass through here: JavaScript reads and writes
+// the rings directly (plugin/engine/).
+#define NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
+#include <errno.h>
+#include <fcntl.h>
+#include <napi.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "../binding.h"
+#include "../internal.h"
+#include "engine_internal.h"
+
+namespace tsn {
+namespace {
+
+Napi::Value fail(Napi::Env env, const std::string& msg, bool range = false) {
+  if (range) Napi::RangeError::New(env, msg).ThrowAsJavaScriptException();
+  else Napi::TypeError::New(env, msg).ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+Napi::Value sysFail(Napi::Env env, const std::string& what, int err) {
+  Napi::Error e = Napi::Error::New(env, what + ": " + strerror(err));
+  e.Set("errno", Napi::Number::New(env, -err));
+  e.ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+// Memory the engine owns for the process's life, seen from JavaScript without a copy.
+Napi::ArrayBuffer view(Napi::Env env, void* p, size_t bytes) {
+  return Napi::ArrayBuffer::New(env, p, bytes, [](Napi::Env, void*) {});
+}
+
+bool number(const Napi::CallbackInfo& info, size_t i, double* out) {
+  if (info.Length() <= i || !info[i].IsNumber()) return false;
+  *out = info[i].As<Napi::Number>().DoubleValue();
+  return true;
+}
+
+// The calling thread's lane with this id, or nullptr after throwing.
+Lane* ownLane(const Napi::CallbackInfo& info, const char* fn) {
+  Napi::Env env = info.Env();
+  double id;
+  if (!E) return fail(env, std::string(fn) + ": call ioStart first"), nullptr;
+  if (!number(info, 0, &id)) return fail(env, std::string(fn) + ": the first argument must be a lane id"), nullptr;
+  Lane* l = laneOf(static_cast<uint32_t>(id));
+  // quiet: this thread closed it already (only this thread sets it); the I/O thread frees it soon.
+  if (!l || l->port != bindingThreadIndex() || l->quiet)
+    return fail(env, std::string(fn) + ": no such lane of this thread (closed?)", true), nullptr;
+  return l;
+}
+
+// ioStart(threads, spinUs, lingerMs): starts the I/O threads, once per process.
+Napi::Value IoStart(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double n, spinUs, lingerMs;
+  if (!number(info, 0, &n) || !number(info, 1, &spinUs) || !number(info, 2, &lingerMs))
+    return fail(env, "ioStart(threads, spinUs, lingerMs) needs three numbers");
+  if (E) return Napi::Number::New(env, static_cast<double>(E->threads.size()));
+  if (n < 1 || n > kMaxIoThreads) return fail(env, "ioStart: threads must be 1.." + std::to_string(kMaxIoThreads), true);
+  std::string why;
+  if (!startThreads(static_cast<int>(n), spinUs, lingerMs, &why)) return sysFail(env, "ioStart: " + why, errno);
+  log(kLogInfo, "io: started %d I/O thread%s", static_cast<int>(n), n == 1 ? "" : "s");
+  return Napi::Number::New(env, n);
+}
+
+// ioPort(): the calling protocol thread's rings, made on first call.
+Napi::Value IoPort(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!E) return fail(env, "ioPort: call ioStart first");
+  int p = bindingThreadIndex();
+  if (p < 0 || p >= kMaxPorts) return fail(env, "ioPort: not a protocol thread", true);
+  Port* port = E->ports[p].load(std::memory_order_acquire);
+  int n = static_cast<int>(E->threads.size());
+  if (!port) {
+    port = new Port();
+    for (int t = 0; t < n; t++)
+      if (!port->sub[t].init(kSubRecords) || !port->cq[t].init(kCqRecords)) return fail(env, "ioPort: out of memory");
+    E->ports[p].store(port, std::memory_order_release);
+  }
+  Napi::Object out = Napi::Object::New(env);
+  Napi::Array subs = Napi::Array::New(env, n), cqs = Napi::Array::New(env, n);
+  for (int t = 0; t < n; t++) {
+    subs.Set(t, view(env, port->sub[t].hdr, port->sub[t].bytes));
+    cqs.Set(t, view(env, port->cq[t].hdr, port->cq[t].bytes));
+  }
+  out.Set("sub", subs);
+  out.Set("cq", cqs);
+  out.Set("sleeping", Napi::Int32Array::New(env, n, view(env, E->sleeping, sizeof(int32_t) * kMaxIoThreads), 0));
+  out.Set("port", p);
+  return out;
+}
+
+// ioAdopt(fd, thread, link, rxBytes): takes over a connected stream socket (dup'd; the caller
+// closes its own) on I/O thread `thread` (-1: round robin). rxBytes > 0 (a power of two) makes it
+// a control lane whose bytes fill a receive ring: { lane, rx } with rx the ring's memory (header,
+// then data), owned by that ArrayBuffer.
+Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double fdD, threadD, linkD, rxD;
+  if (!E) return fail(env, "ioAdopt: call ioStart first");
+  if (!number(info, 0, &fdD) || !number(info, 1, &threadD) || !number(info, 2, &linkD) || !number(info, 3, &rxD))
+    return fail(env, "ioAdopt(fd, thread, link, rxBytes) needs four numbers");
+  int p = bindingThreadIndex();
+  if (p < 0 || !E->ports[p].load()) return fail(env, "ioAdopt: call ioPort first");
+  int n = static_cast<int>(E->threads.size());
+  static std::atomic<uint32_t> rr{0};
+  int ti = threadD < 0 ? static_cast<int>(rr++ % n) : static_cast<int>(threadD);
+  if (ti < 0 || ti >= n) return fail(env, "ioAdopt: no such I/O thread", true);
+  uint32_t rxBytes = static_cast<uint32_t>(rxD);
+  if (rxD < 0 || rxD > (1u << 30) || (rxBytes & (rxBytes - 1))) return fail(env, "ioAdopt: rxBytes must be 0 or a power of two", true);
+  int fd = static_cast<int>(fdD);
+  int type = 0;
+  socklen_t len = sizeof type;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0) return sysFail(env, "ioAdopt: not a socket", errno);
+  if (type != SOCK_STREAM) return fail(env, "ioAdopt: not a stream socket");
+  int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (mine < 0) return sysFail(env, "ioAdopt: dup", errno);
+  int fl = fcntl(mine, F_GETFL);
+  if (fl < 0 || fcntl(mine, F_SETFL, fl | O_NONBLOCK) < 0) {
+    int err = errno;
+    close(mine);
+    return sysFail(env, "ioAdopt: O_NONBLOCK", err);
+  }
+  int one = 1;
+  setsockopt(mine, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // fails harmlessly on a Unix socket
+  Lane* l = newLane(mine, E->threads[ti], p, static_cast<uint32_t>(linkD));
+  if (!l) {
+    close(mine);
+    return fail(env, "ioAdopt: too many lanes");
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("lane", l->id);
+  out.Set("thread", ti);
+  if (rxBytes) {
+    void* mem = aligned_alloc(64, sizeof(tsn_rx_hdr_t) + rxBytes);
+    memset(mem, 0, sizeof(tsn_rx_hdr_t));
+    l->rxHdr = static_cast<tsn_rx_hdr_t*>(mem);
+    l->rxHdr->capacity = rxBytes;
+    l->rx = static_cast<uint8_t*>(mem) + sizeof(tsn_rx_hdr_t);
+    l->rxCap = rxBytes;
+    // JavaScript owns the ring: the I/O thread stops touching it when the lane closes, and the
+    // memory goes when the last view of it does.
+    out.Set("rx", Napi::ArrayBuffer::New(env, mem, sizeof(tsn_rx_hdr_t) + rxBytes, [](Napi::Env, void* m) { free(m); }));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = l;
+  if (epoll_ctl(l->t->ep, EPOLL_CTL_ADD, mine, &ev) < 0) {
+    int err = errno;
+    bool partial, hard;
+    cancelLane(l, false, &partial, &hard);
+    postAdmin(l->t, new Admin{nullptr, Admin::kRetire, l});
+    return sysFail(env, "ioAdopt: epoll_ctl", err);
+  }
+  return out;
+}
+
+// ioWake(thread): wakes an I/O thread that said it sleeps (JavaScript checks `sleeping` first).
+Napi::Value IoWake(const Napi::CallbackInfo& info) {
+  double t;
+  if (E && number(info, 0, &t) && t >= 0 && t < E->threads.size()) wakeThread(E->threads[static_cast<int>(t)]);
+  return info.Env().Undefined();
+}
+
+// ioClose(lane, graceful) -> { partial, hard }. When it returns, no I/O thread touches memory
+// named in the lane's submissions again and no completion of the lane is made (one made just
+// before may still be published after: the caller drops the link's completions). graceful: the
+// protocol-owned (inline) bytes already submitted still go out, then the I/O thread shuts
+// down writing and waits (bounded) for the peer's end; impossible when a write of external
+// memory was half sent (partial): then, as without graceful, the socket is closed at once.
+Napi::Value IoClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownLane(info, "ioClose");
+  if (!l) return env.Undefined();
+  bool graceful = info.Length() > 1 && info[1].ToBoolean().Value();
+  if (!syncSubs(l->port, l->t)) log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions within 10 s", l->t->index, l->id);
+  bool partial = false, hard = true;
+  cancelLane(l, graceful, &partial, &hard);
+  postAdmin(l->t, new Admin{nullptr, hard ? Admin::kRetire : Admin::kKick, l});
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("partial", partial);
+  out.Set("hard", hard);
+  return out;
+}
+
+// ioCancel(lane, base, len) -> { reads, writes }: reads into [base, base+len) drop the rest of
+// their bytes (the stream stays whole; their completions still come); writes from that memory
+// are only counted: they cannot be taken back without breaking the stream.
+Napi::Value IoCancel(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownLane(info, "ioCancel");
+  double base, len;
+  if (!l) return env.Undefined();
+  if (!number(info, 1, &base) || !number(info, 2, &len)) return fail(env, "ioCancel(lane, base, len) needs numbers");
+  syncSubs(l->port, l->t);
+  int reads = 0, writes = 0;
+  cancelRange(l, static_cast<size_t>(base), static_cast<size_t>(len), &reads, &writes);
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("reads", reads);
+  out.Set("writes", writes);
+  return out;
+}
+
+// ioTrace(on): completions carry their time (for TSNET_TRACE).
+Napi::Value IoTrace(const Napi::CallbackInfo& info) {
+  if (E) E->trace.store(info.Length() > 0 && info[0].ToBoolean().Value());
+  return info.Env().Undefined();
+}
+
+// ioStats() -> CPU microseconds each I/O thread has used.
+Napi::Value IoStats(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int n = E ? static_cast<int>(E->threads.size()) : 0;
+  Napi::Float64Array out = Napi::Float64Array::New(env, n);
+  for (int i = 0; i < n; i++) {
+    clockid_t c;
+    timespec ts{};
+    if (pthread_getcpuclockid(E->threads[i]->handle, &c) == 0) clock_gettime(c, &ts);
+    out[i] = static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool enginePortHasWork(int port) {
+  if (!E) return false;
+  Port* p = E->ports[port].load(std::memory_order_acquire);
+  if (!p) return false;
+  for (size_t t = 0; t < E->threads.size(); t++)
+    if (loadSeqCst(&p->cq[t].hdr->tail) != loadAcquire(&p->cq[t].hdr->head)) return true;
+  return false;
+}
+
+void engineRegister(napi_env env, napi_value exports) {
+  Napi::Env e(env);
+  Napi::Object o(env, exports);
+  o.Set("ioStart", Napi::Function::New(e, IoStart, "ioStart"));
+  o.Set("ioPort", Napi::Function::New(e, IoPort, "ioPort"));
+  o.Set("ioAdopt", Napi::Function::New(e, IoAdopt, "ioAdopt"));
+  o.Set("ioWake", Napi::Function::New(e, IoWake, "ioWake"));
+  o.Set("ioClose", Napi::Function::New(e, IoClose, "ioClose"));
+  o.Set("ioCancel", Napi::Function::New(e, IoCancel, "ioCancel"));
+  o.Set("ioTrace", Napi::Function::New(e, IoTrace, "ioTrace"));
+  o.Set("ioStats", Napi::Function::New(e, IoStats, "ioStats"));
+  ofiRegister(env, exports);
+}
+
+}  // namespace tsn

@@ -1,0 +1,447 @@
+// libfabric lanes of the engine: an RDM endpoint (native/ofi/) owned by an I/O thread in place
+// of a socket. Protocol threads drive it through the same rings as the socket lanes
+// (TSN_SUB_OFI_* submissions); the I/O thread posts in order (a post that meets FI_EAGAIN waits
+// and is tried again), polls the completion queue every pass (providers with manual progress
+// move bytes only then) and turns completions into completion records: the op token of the
+// submission, or TSN_CQE_REMOTE for a peer's write with immediate data. The functions protocol
+// threads call (ofiOpen, ofiRail, ofiInsertPeer, ofiRegMr, ...) are at the end.
+#define NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
+#include <errno.h>
+#include <napi.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "../binding.h"
+#include "../internal.h"
+#include "../ofi/ofi.h"
+#include "engine_internal.h"
+
+namespace tsn {
+namespace {
+
+// Registrations by number (what submissions name), with the operations in flight on each so
+// that deregistration waits for them: libfabric leaves an operation on a closed region undefined.
+struct MrEntry {
+  OfiMr* mr = nullptr;
+  std::atomic<int> inflight{0};
+};
+constexpr uint32_t kMrChunk = 1024, kMrChunks = 1024;
+std::atomic<MrEntry*> g_mrs[kMrChunks];
+std::mutex g_mu;  // discovery, domains, registration numbers
+std::vector<uint32_t> g_freeMr;
+uint32_t g_nextMr = 1;
+std::vector<OfiNic>* g_nics = nullptr;
+std::vector<std::shared_ptr<OfiDomain>>* g_domains = nullptr;
+std::string g_progress;
+
+MrEntry* mrAt(uint32_t i) {
+  if (i == 0 || i / kMrChunk >= kMrChunks) return nullptr;
+  MrEntry* c = g_mrs[i / kMrChunk].load(std::memory_order_acquire);
+  return c ? &c[i % kMrChunk] : nullptr;
+}
+
+void* descOf(uint32_t i) {
+  MrEntry* e = mrAt(i);
+  OfiMr* mr = e ? __atomic_load_n(&e->mr, __ATOMIC_ACQUIRE) : nullptr;
+  return mr ? mr->desc() : nullptr;
+}
+
+uint32_t flagsOf(const OfiCompletion& c) {
+  uint32_t f = 0;
+  if (c.flags & kOfiFlagSend) f |= TSN_CQE_F_SEND;
+  if (c.flags & kOfiFlagRecv) f |= TSN_CQE_F_RECV;
+  if ((c.flags & kOfiFlagWrite) && !(c.flags & kOfiFlagRemoteWrite)) f |= TSN_CQE_F_WRITE;
+  if (c.flags & kOfiFlagRead) f |= TSN_CQE_F_READ;
+  if (c.flags & kOfiFlagRemoteWrite) f |= TSN_CQE_F_REMOTE_WRITE;
+  if (c.flags & kOfiFlagRemoteCqData) f |= TSN_CQE_F_DATA;
+  if (c.op == OfiOp::kRemoteWrite) f |= TSN_CQE_F_REMOTE_WRITE;
+  return f;
+}
+
+// Keeps the provider's words of a failed operation; the first few of a lane are logged.
+void noteError(Lane* l, const std::string& words) {
+  l->ofiLastError = words;
+  if (++l->ofiErrors <= 3) log(kLogWarn, "ofi: lane %u: %s", l->id, words.c_str());
+}
+
+int post(Lane* l, Op* op) {
+  OfiEndpoint* ep = l->ofi;
+  bool imm = op->flags & TSN_SUB_F_IMM;
+  uint64_t ctx = reinterpret_cast<uint64_t>(op);
+  void* buf = op->iov[op->niov - 1].iov_base;
+  size_t len = op->iov[op->niov - 1].iov_len;
+  void* desc = descOf(op->mr[op->niov - 1]);
+  switch (op->kind) {
+    case TSN_SUB_OFI_RECV:
+      return ep->recv(buf, len, desc, ctx);
+    case TSN_SUB_OFI_SEND:
+      if (op->niov == 2) {
+        void* descs[2] = {descOf(op->mr[0]), desc};
+        return ep->sendMsg(op->iov, descs, 2, op->imm, imm, op->peer, ctx);
+      }
+      return imm ? ep->sendData(buf, len, desc, op->imm, op->peer, ctx) : ep->send(buf, len, desc, op->peer, ctx);
+    case TSN_SUB_OFI_WRITE:
+      return imm ? ep->writeData(buf, len, desc, op->imm, op->peer, op->raddr, op->rkey, ctx)
+                 : ep->write(buf, len, desc, op->peer, op->raddr, op->rkey, ctx);
+    case TSN_SUB_OFI_READ:
+      return ep->read(buf, len, desc, op->peer, op->raddr, op->rkey, ctx);
+  }
+  return -EINVAL;
+}
+
+}  // namespace
+
+void ofiRelease(Op* op) {
+  for (int i = 0; i < op->niov; i++)
+    if (MrEntry* e = mrAt(op->mr[i])) e->inflight.fetch_sub(1, std::memory_order_release);
+  op->niov = 0;
+}
+
+void ofiTake(IoThread*, Lane* l, Op* op) {
+  for (int i = 0; i < op->niov; i++)
+    if (MrEntry* e = mrAt(op->mr[i])) e->inflight.fetch_add(1, std::memory_order_relaxed);
+  op->next = nullptr;
+  if (l->ofiTail) l->ofiTail->next = op;
+  else l->ofiHead = op;
+  l->ofiTail = op;
+}
+
+bool ofiProgress(IoThread* t, Lane* l) {
+  bool more = false;
+  while (Op* op = l->ofiHead) {
+    int r = post(l, op);
+    if (r == kOfiAgain) {
+      more = true;  // the provider is full: polling below makes room
+      break;
+    }
+    l->ofiHead = op->next;
+    if (!l->ofiHead) l->ofiTail = nullptr;
+    if (r == 0) continue;  // in flight: libfabric holds it until its completion
+    noteError(l, l->ofi->lastError().text);
+    if (!(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, r, 0);
+    ofiRelease(op);
+    freeOp(t, op);
+  }
+  constexpr int kMax = 64;
+  OfiCompletion cs[kMax];
+  int n = l->ofi->poll(cs, kMax);
+  if (n < 0) {
+    // The queue itself failed: nothing more will complete on this endpoint.
+    noteError(l, l->ofi->lastError().text);
+    emit(t, l->port, l->link, TSN_CQE_REMOTE, n, 0);
+    return false;
+  }
+  for (int i = 0; i < n; i++) {
+    const OfiCompletion& c = cs[i];
+    if (c.status) noteError(l, c.error);
+    if (c.ctx == 0) {  // a peer's write with immediate data
+      emit(t, l->port, l->link, TSN_CQE_REMOTE, c.status, static_cast<double>(c.len), c.data, flagsOf(c));
+      continue;
+    }
+    Op* op = reinterpret_cast<Op*>(c.ctx);
+    double value = c.op == OfiOp::kRecv || c.op == OfiOp::kRemoteWrite ? static_cast<double>(c.len) : static_cast<double>(op->total);
+    if (!(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, c.status, value, c.data, flagsOf(c));
+    ofiRelease(op);
+    freeOp(t, op);
+  }
+  return more || n == kMax;
+}
+
+bool ofiMayBlock(IoThread* t) {
+  for (Lane* l : t->ofi) {
+    std::lock_guard<std::mutex> g(l->mu);
+    if (!l->closed && (l->ofiHead || !l->ofi->tryWait())) return false;
+  }
+  return true;
+}
+
+void ofiClose(Lane* l) {
+  // What already completed is taken first (a post's progress may have read some), then the
+  // endpoint goes; every op it still held is dropped with the lane (no completion follows).
+  OfiCompletion cs[64];
+  for (int k = 0; k < 1024 && l->ofi->poll(cs, 64) > 0; k++)
+    for (const OfiCompletion& c : cs)
+      if (c.ctx) {
+        Op* op = reinterpret_cast<Op*>(c.ctx);
+        op->next = l->dead;
+        l->dead = op;
+      }
+  int fd = l->ofi->waitFd();
+  if (fd >= 0) epoll_ctl(l->t->ep, EPOLL_CTL_DEL, fd, nullptr);
+  for (uint64_t ctx : l->ofi->close()) {
+    Op* op = reinterpret_cast<Op*>(ctx);
+    op->next = l->dead;
+    l->dead = op;
+  }
+  for (Op* op = l->ofiHead; op;) {
+    Op* next = op->next;
+    op->next = l->dead;
+    l->dead = op;
+    op = next;
+  }
+  l->ofiHead = l->ofiTail = nullptr;
+  for (Op* op = l->dead; op; op = op->next) ofiRelease(op);
+}
+
+void ofiDelete(Lane* l) {
+  delete l->ofi;
+  l->ofi = nullptr;
+}
+
+// --- functions protocol threads call ---
+
+namespace {
+
+Napi::Value fail(Napi::Env env, const std::string& msg, int result = TSN_INVALID_ARGUMENT) {
+  Napi::Error e = Napi::Error::New(env, msg);
+  e.Set("result", Napi::Number::New(env, result));
+  e.ThrowAsJavaScriptException();
+  return env.Undefined();
+}
+
+double num(const Napi::CallbackInfo& info, size_t i) {
+  return info.Length() > i && info[i].IsNumber() ? info[i].As<Napi::Number>().DoubleValue() : -1;
+}
+
+Lane* ownOfiLane(const Napi::CallbackInfo& info, const char* fn) {
+  Lane* l = E ? laneOf(static_cast<uint32_t>(num(info, 0))) : nullptr;
+  if (!l || !l->ofi || l->port != bindingThreadIndex()) {
+    fail(info.Env(), std::string(fn) + ": no such libfabric lane of this thread");
+    return nullptr;
+  }
+  return l;
+}
+
+// ofiOpen({ provider, hmem, autoProgress }) -> { version, progress, nics: [...] }: loads libfabric
+// and finds the NICs, once per process (later calls answer the first result). Throws with the
+// reason when libfabric is missing or offers nothing that qualifies.
+Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::lock_guard<std::mutex> g(g_mu);
+  if (!g_nics) {
+    std::string why;
+    if (!ofiLoad(&why)) return fail(env, why, TSN_SYSTEM_ERROR);
+    OfiOptions o;
+    Napi::Object a = info.Length() > 0 && info[0].IsObject() ? info[0].As<Napi::Object>() : Napi::Object::New(env);
+    if (a.Get("provider").IsString()) o.provider = a.Get("provider").As<Napi::String>().Utf8Value();
+    o.hmem = a.Get("hmem").ToBoolean().Value();
+    if (a.Get("autoProgress").IsBoolean()) o.autoProgress = a.Get("autoProgress").ToBoolean().Value();
+    std::vector<OfiNic> nics = ofiDiscover(o, &why, &g_progress);
+    if (nics.empty()) return fail(env, why, TSN_SYSTEM_ERROR);
+    g_nics = new std::vector<OfiNic>(std::move(nics));
+    g_domains = new std::vector<std::shared_ptr<OfiDomain>>(g_nics->size());
+  }
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("version", ofiVersionText());
+  out.Set("progress", g_progress);
+  Napi::Array list = Napi::Array::New(env, g_nics->size());
+  for (size_t i = 0; i < g_nics->size(); i++) {
+    const OfiNic& n = (*g_nics)[i];
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("provider", n.provider);
+    o.Set("domain", n.domain);
+    o.Set("fabric", n.fabric);
+    o.Set("pciPath", n.pciPath);
+    o.Set("guid", Napi::BigInt::New(env, n.guid));
+    o.Set("speedMbps", n.speedMbps);
+    o.Set("hmem", n.hmem);
+    o.Set("hmemWhy", n.hmemWhy);
+    o.Set("virtAddr", n.virtAddr);
+    o.Set("mrLocal", n.mrLocal);
+    o.Set("rxCqData", n.rxCqData);
+    o.Set("autoProgress", n.autoProgress);
+    o.Set("maxMsgSize", static_cast<double>(n.maxMsgSize));
+    o.Set("injectSize", static_cast<double>(n.injectSize));
+    o.Set("cqDataBytes", static_cast<double>(n.cqDataSize));
+    o.Set("describe", n.describe());
+    list.Set(i, o);
+  }
+  out.Set("nics", list);
+  return out;
+}
+
+// ofiRail(nic, thread, link) -> { lane, thread, name }: an RDM endpoint on the NIC, owned by I/O
+// thread `thread` (-1: round robin); its completions go to the calling protocol thread's link.
+Napi::Value OfiRail(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int nic = static_cast<int>(num(info, 0));
+  int p = bindingThreadIndex();
+  if (!E || p < 0 || !E->ports[p].load()) return fail(env, "ofiRail: call ioStart and ioPort first", TSN_INTERNAL_ERROR);
+  std::shared_ptr<OfiDomain> domain;
+  {
+    std::lock_guard<std::mutex> g(g_mu);
+    if (!g_nics || nic < 0 || nic >= static_cast<int>(g_nics->size())) return fail(env, "ofiRail: no such NIC");
+    if (!(*g_domains)[nic]) {
+      OfiError err;
+      (*g_domains)[nic] = OfiDomain::open((*g_nics)[nic], &err);
+      if (!(*g_domains)[nic]) return fail(env, err.text, err.result);
+    }
+    domain = (*g_domains)[nic];
+  }
+  static std::atomic<uint32_t> rr{0};
+  int n = static_cast<int>(E->threads.size());
+  int ti = num(info, 1) < 0 ? static_cast<int>(rr++ % n) : static_cast<int>(num(info, 1));
+  if (ti < 0 || ti >= n) return fail(env, "ofiRail: no such I/O thread");
+  OfiEndpointOptions o;
+  o.waitFd = domain->nic().autoProgress;  // without progress of its own, a thread must poll anyway
+  OfiError err;
+  std::unique_ptr<OfiEndpoint> ep = OfiEndpoint::open(domain, o, &err);
+  if (!ep) return fail(env, err.text, err.result);
+  Lane* l = newLane(-1, E->threads[ti], p, static_cast<uint32_t>(num(info, 2)));
+  if (!l) return fail(env, "ofiRail: too many lanes", TSN_SYSTEM_ERROR);
+  l->ofi = ep.release();
+  if (int fd = l->ofi->waitFd(); fd >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = l;
+    epoll_ctl(l->t->ep, EPOLL_CTL_ADD, fd, &ev);
+  }
+  postAdmin(l->t, new Admin{nullptr, Admin::kAddOfi, l});
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("lane", l->id);
+  out.Set("thread", ti);
+  const std::string& name = l->ofi->name();
+  out.Set("name", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
+  return out;
+}
+
+// ofiInsertPeer(lane, name) -> peer: the number posts name the peer by (fi_av_insert).
+Napi::Value OfiInsertPeer(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownOfiLane(info, "ofiInsertPeer");
+  if (!l) return env.Undefined();
+  if (info.Length() < 2 || !info[1].IsTypedArray()) return fail(env, "ofiInsertPeer(lane, name) needs the peer's address bytes");
+  Napi::Uint8Array name = info[1].As<Napi::Uint8Array>();
+  uint64_t peer = 0;
+  OfiError err;
+  std::lock_guard<std::mutex> g(l->mu);
+  if (l->closed || !l->ofi->insertPeer(name.Data(), name.ByteLength(), &peer, &err)) return fail(env, err.text, err.result);
+  if (peer > 0xffffffffull) return fail(env, "ofiInsertPeer: the provider's address does not fit 32 bits", TSN_INTERNAL_ERROR);
+  return Napi::Number::New(env, static_cast<double>(peer));
+}
+
+uint32_t addMr(OfiMr* mr) {
+  std::lock_guard<std::mutex> g(g_mu);
+  uint32_t i;
+  if (!g_freeMr.empty()) {
+    i = g_freeMr.back();
+    g_freeMr.pop_back();
+  } else {
+    i = g_nextMr++;
+    if (i / kMrChunk >= kMrChunks) return 0;
+    if (!g_mrs[i / kMrChunk].load()) g_mrs[i / kMrChunk].store(new MrEntry[kMrChunk], std::memory_order_release);
+  }
+  __atomic_store_n(&mrAt(i)->mr, mr, __ATOMIC_RELEASE);
+  return i;
+}
+
+Napi::Object mrAnswer(Napi::Env env, uint32_t id, OfiMr* mr) {
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("mr", id);
+  out.Set("keyLo", static_cast<double>(mr->key() & 0xffffffffu));
+  out.Set("keyHi", static_cast<double>(mr->key() >> 32));
+  out.Set("key", Napi::BigInt::New(env, mr->key()));
+  // The remote address of the region's first byte; others follow by offset.
+  out.Set("remoteBase", static_cast<double>(mr->remoteAddr(mr->base())));
+  return out;
+}
+
+// ofiRegMr(lane, addr, len, cuda) -> { mr, keyLo, keyHi, key, remoteBase }: registers memory on the
+// lane's NIC (and endpoint, where the provider binds regions to endpoints).
+Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownOfiLane(info, "ofiRegMr");
+  if (!l) return env.Undefined();
+  double addr = num(info, 1), len = num(info, 2);
+  bool cuda = info.Length() > 3 && info[3].ToBoolean().Value();
+  if (addr <= 0 || len < 0) return fail(env, "ofiRegMr(lane, addr, len, cuda) needs an address and a length");
+  OfiError err;
+  std::unique_ptr<OfiMr> mr = OfiMr::reg(l->ofi->domain(), reinterpret_cast<void*>(static_cast<uintptr_t>(addr)),
+                                         static_cast<size_t>(len), cuda ? OfiMemType::kCuda : OfiMemType::kHost, l->ofi, &err);
+  if (!mr) return fail(env, err.text, err.result);
+  OfiMr* m = mr.release();
+  uint32_t id = addMr(m);
+  if (!id) {
+    delete m;
+    return fail(env, "ofiRegMr: too many registrations", TSN_SYSTEM_ERROR);
+  }
+  return mrAnswer(env, id, m);
+}
+
+// ofiDeregMr(mr): waits (bounded) for the operations in flight on it, then deregisters.
+Napi::Value OfiDeregMr(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  uint32_t id = static_cast<uint32_t>(num(info, 0));
+  MrEntry* e = mrAt(id);
+  OfiMr* mr = e ? __atomic_load_n(&e->mr, __ATOMIC_ACQUIRE) : nullptr;
+  if (!mr) return fail(env, "ofiDeregMr: no such registration");
+  for (int k = 0; e->inflight.load(std::memory_order_acquire) > 0; k++) {
+    if (k == 10000) {  // 10 s: an operation that never completes; keep the registration (a leak, not a fault)
+      log(kLogWarn, "ofi: registration %u still has %d operation(s) in flight after 10 s; it is kept", id, e->inflight.load());
+      return env.Undefined();
+    }
+    usleep(1000);
+  }
+  __atomic_store_n(&e->mr, nullptr, __ATOMIC_RELEASE);
+  delete mr;
+  std::lock_guard<std::mutex> g(g_mu);
+  g_freeMr.push_back(id);
+  return env.Undefined();
+}
+
+// ofiAlloc(lane, bytes) -> { addr, buffer, mr, keyLo, keyHi, key, remoteBase }: registered,
+// page-aligned host memory the transport owns; the memory lives as long as buffer does.
+Napi::Value OfiAlloc(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownOfiLane(info, "ofiAlloc");
+  if (!l) return env.Undefined();
+  double bytes = num(info, 1);
+  if (bytes <= 0 || bytes > (1u << 30)) return fail(env, "ofiAlloc: bytes must be 1 .. 2^30");
+  void* mem = nullptr;
+  size_t n = (static_cast<size_t>(bytes) + 4095) / 4096 * 4096;
+  if (posix_memalign(&mem, 4096, n) != 0) return fail(env, "ofiAlloc: out of memory", TSN_SYSTEM_ERROR);
+  memset(mem, 0, n);
+  OfiError err;
+  std::unique_ptr<OfiMr> mr = OfiMr::reg(l->ofi->domain(), mem, n, OfiMemType::kHost, l->ofi, &err);
+  if (!mr) {
+    free(mem);
+    return fail(env, err.text, err.result);
+  }
+  OfiMr* m = mr.release();
+  uint32_t id = addMr(m);
+  Napi::Object out = mrAnswer(env, id, m);
+  out.Set("addr", static_cast<double>(reinterpret_cast<uintptr_t>(mem)));
+  out.Set("buffer", Napi::ArrayBuffer::New(env, mem, n, [](Napi::Env, void* p) { free(p); }));
+  return out;
+}
+
+// ofiLastError(lane): the provider's words for the lane's last failed operation.
+Napi::Value OfiLastError(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownOfiLane(info, "ofiLastError");
+  if (!l) return env.Undefined();
+  std::lock_guard<std::mutex> g(l->mu);
+  return Napi::String::New(env, l->ofiLastError);
+}
+
+}  // namespace
+
+void ofiRegister(napi_env env, napi_value exports) {
+  Napi::Env e(env);
+  Napi::Object o(env, exports);
+  o.Set("ofiOpen", Napi::Function::New(e, OfiOpen, "ofiOpen"));
+  o.Set("ofiRail", Napi::Function::New(e, OfiRail, "ofiRail"));
+  o.Set("ofiInsertPeer", Napi::Function::New(e, OfiInsertPeer, "ofiInsertPeer"));
+  o.Set("ofiRegMr", Napi::Function::New(e, OfiRegMr, "ofiRegMr"));
+  o.Set("ofiDeregMr", Napi::Function::New(e, OfiDeregMr, "ofiDeregMr"));
+  o.Set("ofiAlloc", Napi::Function::New(e, OfiAlloc, "ofiAlloc"));
+  o.Set("ofiLastError", Napi::Function::New(e, OfiLastError, "ofiLastError"));
+}
+
+}  // namespace tsn

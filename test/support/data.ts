@@ -1,0 +1,60 @@
+// Shared by the TypeScript suites: the plugin's log captured per test, deterministic byte
+// patterns and their comparison, a small seeded generator.
+import { afterEach, beforeEach } from 'vitest';
+import { setLogSink } from '../../plugin/log';
+
+export const KiB = 1024;
+export const MiB = 1024 * KiB;
+
+export interface LogLine {
+  level: number;
+  flags: number;
+  msg: string;
+}
+
+/** Captures every log line of the plugin for the tests of the calling file (no stderr noise). */
+export function captureLog(): LogLine[] {
+  const lines: LogLine[] = [];
+  beforeEach(() => {
+    lines.length = 0;
+    setLogSink((level, flags, msg) => lines.push({ level, flags, msg }), true);
+  });
+  afterEach(() => setLogSink(() => {}));
+  return lines;
+}
+
+/** A deterministic byte pattern, different for each seed. */
+export function fill(view: Uint8Array, seed: number): Uint8Array {
+  let x = (seed * 2654435761 + 12345) >>> 0;
+  for (let i = 0; i < view.length; i++) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    view[i] = x >>> 24;
+  }
+  return view;
+}
+
+/** Index of the first byte where a and b differ, -1 when equal. */
+export function firstDiff(a: Uint8Array, b: Uint8Array): number {
+  if (a.length !== b.length) return Math.min(a.length, b.length);
+  if (Buffer.from(a.buffer, a.byteOffset, a.length).equals(Buffer.from(b.buffer, b.byteOffset, b.length))) return -1;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return i;
+  return -1;
+}
+
+/** True when every byte of v is value. */
+export function allBytes(v: Uint8Array, value: number): boolean {
+  for (let i = 0; i < v.length; i++) if (v[i] !== value) return false;
+  return true;
+}
+
+/** mulberry32: a small seeded PRNG, floats in [0, 1). */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
