@@ -3,15 +3,19 @@
 // socket variables and aws-ofi-nccl's OFI_NCCL_* are honoured where they mean the same.
 import * as os from 'node:os';
 import { invalidArgument } from './errors';
+import { type OfiConfig, readOfiConfig } from './transports/ofi/config';
+import {
+  EAGER_POLICIES, type EagerPolicy, LANE_POLICIES, type LanePolicy, STRIPE_POLICIES, type StripePolicy, byName,
+} from './protocol/policies';
 
-export type TransportName = 'tcp' | 'loopback';
+export type TransportName = 'tcp' | 'ofi' | 'loopback';
 
 export interface Config {
   /** Which transport carries the bytes. */
   transport: TransportName;
   /** Number of loopback devices (loopback transport only). */
   loopbackDevices: number;
-  /** Data sockets per comm; 0 puts every byte on the control stream. */
+  /** Data sockets per comm (at least 1: the control lane carries frames and eager payloads only). */
   nsocks: number;
   /** Messages up to this size travel inline with their header. */
   eagerMax: number;
@@ -23,14 +27,26 @@ export interface Config {
   socketFamily: 4 | 6 | undefined;
   /** Interfaces joined into one device: `a+b,c` (TSNET_DEVICE_GROUPS). */
   deviceGroups: string | undefined;
-  /** Who moves socket bytes: native I/O threads, or the plugin thread through Node sockets. */
-  io: 'native' | 'node';
   /** Native I/O threads in the process. */
   ioThreads: number;
+  /** Threads that run the protocol (JavaScript), each with a share of the comms. */
+  protocolThreads: number;
+  /** Protocol policies (plugin/protocol/policies/). */
+  eagerPolicy: EagerPolicy;
+  stripePolicy: StripePolicy;
+  lanePolicy: LanePolicy;
+  /** TSNET_TRACE: a Chrome/Perfetto trace of every request goes to this file (%p: the pid). */
+  traceFile: string | undefined;
+  /** TSNET_STATS: per comm and per thread figures at close. */
+  stats: boolean;
   /** µs the plugin thread keeps polling after activity before it sleeps (0: never spins). */
   spinUs: number;
   /** Seconds without progress on a link with work pending before it is declared dead. */
   timeoutSec: number;
+  /** The libfabric transport's settings (OFI_NCCL_*, TSNET_FLUSH), when it is chosen. */
+  ofi: OfiConfig | undefined;
+  /** µs NCCL adds to its latency estimate of a device (OFI_NCCL_NET_LATENCY). */
+  latencyUs: number;
 }
 
 type Env = Record<string, string | undefined>;
@@ -67,8 +83,8 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
 
   const tSrc = pick(env, ['TSNET_TRANSPORT']);
   const transport = (tSrc?.value ?? 'tcp').toLowerCase();
-  if (transport !== 'tcp' && transport !== 'loopback')
-    throw invalidArgument(`TSNET_TRANSPORT=${tSrc?.value}: expected tcp or loopback`);
+  if (transport !== 'tcp' && transport !== 'ofi' && transport !== 'loopback')
+    throw invalidArgument(`TSNET_TRANSPORT=${tSrc?.value}: expected tcp, ofi or loopback`);
   note('transport', transport, tSrc);
 
   const lSrc = pick(env, ['TSNET_LOOPBACK_DEVICES']);
@@ -79,7 +95,7 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
   const nSrc = pick(env, ['TSNET_NSOCKS']);
   let nsocks = 4;
   let nsocksSrc: Source | undefined = nSrc;
-  if (nSrc) nsocks = int(nSrc, 0, 64);
+  if (nSrc) nsocks = int(nSrc, 1, 64);
   else {
     const th = pick(env, ['NCCL_SOCKET_NTHREADS']);
     const per = pick(env, ['NCCL_NSOCKS_PERTHREAD']);
@@ -94,10 +110,13 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
   }
   note('data sockets per comm', nsocks, nsocksSrc);
 
-  const eSrc = pick(env, ['TSNET_EAGER_MAX', 'OFI_NCCL_EAGER_MAX_SIZE']);
+  // The stream transports' eager limit; the libfabric transport reads OFI_NCCL_EAGER_MAX_SIZE
+  // itself (ofi/config.ts: -1 disables eager there).
+  const eSrc = pick(env, transport === 'ofi' ? ['TSNET_EAGER_MAX'] : ['TSNET_EAGER_MAX', 'OFI_NCCL_EAGER_MAX_SIZE']);
   // 64 KiB covers NCCL's LL messages: they ride the control lane, no I/O-thread hop.
-  const eagerMax = eSrc ? int(eSrc, 0, 1 * MiB) : 64 * KiB;
-  note('eager max bytes', eagerMax, eSrc);
+  let eagerMax = eSrc ? int(eSrc, -1, 1 * MiB) : 64 * KiB;
+  if (eagerMax < 0) eagerMax = 0; // aws-ofi-nccl's "-1 disables": only empty messages go inline
+  if (transport !== 'ofi') note('eager max bytes', eagerMax, eSrc);
 
   const sSrc = pick(env, ['TSNET_MIN_STRIPE']);
   const minStripe = sSrc ? int(sSrc, 4 * KiB, 64 * MiB) : 128 * KiB;
@@ -120,13 +139,39 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
   const gSrc = pick(env, ['TSNET_DEVICE_GROUPS']);
   if (gSrc) note('device groups', gSrc.value, gSrc);
 
-  const ioSrc = pick(env, ['TSNET_IO']);
-  const io = (ioSrc?.value ?? 'native').toLowerCase();
-  if (io !== 'native' && io !== 'node') throw invalidArgument(`TSNET_IO=${ioSrc?.value}: expected native or node`);
-  if (transport === 'tcp') note('socket I/O', io, ioSrc);
   const itSrc = pick(env, ['TSNET_IO_THREADS']);
   const ioThreads = itSrc ? int(itSrc, 1, 64) : 8;
-  if (transport === 'tcp' && io === 'native') note('I/O threads', ioThreads, itSrc);
+  if (transport === 'tcp') note('I/O threads', ioThreads, itSrc);
+
+  // One protocol thread handles some 300,000 messages a second; AllToAll over several ranks
+  // in one process needs more (docs/performance.md). Loopback links join two comms of one
+  // thread, so loopback has one.
+  const ptSrc = pick(env, ['TSNET_PROTOCOL_THREADS']);
+  let protocolThreads = ptSrc ? int(ptSrc, 1, 16) : cores >= 32 ? 4 : cores >= 16 ? 2 : 1;
+  if (transport === 'loopback' && protocolThreads > 1) {
+    if (ptSrc) lines.push(`protocol threads = 1 (${ptSrc.name}=${ptSrc.value} ignored: loopback links live in one thread)`);
+    else note('protocol threads', 1);
+    protocolThreads = 1;
+  } else note('protocol threads', protocolThreads, ptSrc);
+
+  const policy = <P extends { name: string }>(name: string, list: readonly P[]): P => {
+    const src = pick(env, [name]);
+    const p = byName(list, src?.value ?? list[0].name);
+    if (!p) throw invalidArgument(`${name}=${src!.value}: expected ${list.map((x) => x.name).join(' or ')}`);
+    if (src) note(name.slice(6).toLowerCase().replace('_', ' '), p.name, src);
+    return p;
+  };
+  const eagerPolicy = policy('TSNET_EAGER_POLICY', EAGER_POLICIES);
+  const stripePolicy = policy('TSNET_STRIPE_POLICY', STRIPE_POLICIES);
+  const lanePolicy = policy('TSNET_LANE_POLICY', LANE_POLICIES);
+
+  const trSrc = pick(env, ['TSNET_TRACE']);
+  const traceFile = trSrc?.value.replace(/%p/g, String(process.pid));
+  if (trSrc) note('trace file', traceFile, trSrc);
+  const stSrc = pick(env, ['TSNET_STATS']);
+  if (stSrc && stSrc.value !== '0' && stSrc.value !== '1') throw invalidArgument(`${stSrc.name}=${stSrc.value}: expected 0 or 1`);
+  const stats = stSrc?.value === '1';
+  if (stSrc) note('statistics', stats ? 'on' : 'off', stSrc);
 
   const spSrc = pick(env, ['TSNET_SPIN_US']);
   // Polling pays on machines with cores to spare (H200 host, 32 cores: 32 KiB latency 124 us
@@ -134,6 +179,20 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
   // need (2 cores: 8-byte latency 43 us without, 135 us with).
   const spinUs = spSrc ? int(spSrc, 0, 1_000_000) : cores >= 8 ? 200 : 0;
   note('busy-poll window us', spinUs, spSrc);
+
+  let ofi: OfiConfig | undefined;
+  let latencyUs = 0;
+  if (transport === 'ofi') {
+    const o = readOfiConfig(env);
+    ofi = o.config;
+    lines.push(...o.lines);
+    const latSrc = pick(env, ['OFI_NCCL_NET_LATENCY']);
+    if (latSrc) {
+      latencyUs = Number(latSrc.value);
+      if (!Number.isFinite(latencyUs) || latencyUs < 0) throw invalidArgument(`${latSrc.name}=${latSrc.value}: expected a number of microseconds >= 0`);
+      note('latency us', latencyUs, latSrc);
+    }
+  }
 
   const toSrc = pick(env, ['TSNET_TIMEOUT_SEC']);
   const timeoutSec = toSrc ? int(toSrc, 1, 3600) : 10;
@@ -149,10 +208,17 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
       socketIfname: iSrc?.value,
       socketFamily,
       deviceGroups: gSrc?.value,
-      io: io as 'native' | 'node',
       ioThreads,
+      protocolThreads,
+      eagerPolicy,
+      stripePolicy,
+      lanePolicy,
+      traceFile,
+      stats,
       spinUs,
       timeoutSec,
+      ofi,
+      latencyUs,
     },
     lines,
   };

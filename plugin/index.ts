@@ -1,10 +1,12 @@
-// The plugin's entry, loaded by the embedded Node on the plugin thread. It routes console
+// The plugin's entry, loaded by the embedded Node of every protocol thread. It routes console
 // output to NCCL's logger (a guest never prints to stdout), keeps stray exceptions from
 // stopping the plugin, and hands the binding its two handlers.
 import { LogLevel } from './abi';
+import { Port } from './engine/port';
 import { log, setLogSink } from './log';
 import type { Binding } from './native';
-import { Plugin, makeTransport } from './plugin';
+import { Plugin } from './plugin';
+import { makeTransport } from './transports';
 
 const binding = (process as unknown as { _linkedBinding(name: string): Binding })._linkedBinding('tsnet');
 
@@ -23,13 +25,30 @@ Object.assign(console, {
 process.on('uncaughtException', (e) => log.warn(`uncaught exception in the plugin: ${e?.stack ?? e}`));
 process.on('unhandledRejection', (e) => log.warn(`unhandled rejection in the plugin: ${(e as Error)?.stack ?? e}`));
 
-const plugin = new Plugin(
-  (comm, slot, result, sizes) => binding.complete(comm, slot, result, ...sizes),
-  (config) => makeTransport(config, binding),
-  process.env,
-  (config) => binding.setSpin(config.spinUs),
-);
-const started = binding.start({
+let started: ReturnType<Binding['start']>;
+const plugin = new Plugin({
+  thread: binding.thread,
+  get mailbox() { return started.mailbox; },
+  get recordStride() { return started.recordStride; },
+  get slotsPerComm() { return started.slotsPerComm; },
+  startThreads: (n) => binding.startThreads(n),
+  setSpin: (us) => binding.setSpin(us),
+  makeTransport: (config, regions) => {
+    const port = () => {
+      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000 });
+      if (config.traceFile) binding.ioTrace(true);
+      return p;
+    };
+    return makeTransport(config, regions, binding, port, binding.thread);
+  },
+  threadCpu: () => binding.threadCpu(),
+  busy: () => binding.busy(),
+  ioCpu: () => Array.from(binding.ioStats()),
+  traceOpen: (p) => binding.traceOpen(p),
+  traceWrite: (t) => binding.traceWrite(t),
+  now: () => binding.now(),
+});
+started = binding.start({
   control: (op, args) => plugin.control(op, args),
-  data: (count) => plugin.data(started.mailbox, count, started.recordStride, started.recordHead),
+  turn: (count) => plugin.turn(count),
 });

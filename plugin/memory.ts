@@ -1,21 +1,33 @@
-// Registered regions: external views of NCCL's memory (no copy). An operation resolves its
-// buffer as (region, offset, size); the native core has checked the range already.
+// Registered regions: NCCL's memory as an address range plus an external view of it (no
+// copy). An operation names its buffer as (region, offset, size); the native core has checked
+// the range already. Transports submit addresses; eager copies use the view.
 import { internalError } from './errors';
 
 export interface Region {
   readonly id: number;
   readonly comm: number;
-  readonly buffer: ArrayBuffer;
-  /** Operations in flight that may still touch this memory. */
-  inflight: number;
+  /** Address of the first byte (a JS number: exact below 2^53). */
+  readonly base: number;
+  readonly size: number;
+  /** The whole region, for copies; null for GPU memory (never touched from JavaScript). */
+  readonly bytes: Uint8Array | null;
+  readonly kind: 'host' | 'cuda';
+  /** The transport's registrations of it (libfabric: one per rail), on device dev. */
+  regs: unknown[];
+  dev: number;
 }
 
 export class Regions {
   private readonly byId = new Map<number, Region>();
+  /** Sorted by base, for address lookups (loopback and tests). */
+  private sorted: Region[] = [];
 
-  add(id: number, comm: number, buffer: ArrayBuffer): Region {
-    const r: Region = { id, comm, buffer, inflight: 0 };
+  /** A region of host memory (buffer: a view of it) or, with buffer null, of GPU memory. */
+  add(id: number, comm: number, buffer: ArrayBuffer | null, base: number, size = buffer?.byteLength ?? 0): Region {
+    const r: Region = { id, comm, base, size, bytes: buffer ? new Uint8Array(buffer) : null, kind: buffer ? 'host' : 'cuda', regs: [], dev: 0 };
     this.byId.set(id, r);
+    this.sorted.push(r);
+    this.sorted.sort((a, b) => a.base - b.base);
     return r;
   }
 
@@ -28,15 +40,28 @@ export class Regions {
   delete(id: number): Region | undefined {
     const r = this.byId.get(id);
     this.byId.delete(id);
+    if (r) this.sorted = this.sorted.filter((x) => x !== r);
     return r;
   }
 
-  /** The bytes [offset, offset+size) of region id; an empty view for size 0 without a region. */
-  view(id: number, offset: number, size: number): Uint8Array {
-    if (id === 0) {
-      if (size !== 0) throw internalError('a non-empty buffer without a region');
-      return new Uint8Array(0);
+  /** The region holding [addr, addr+len), or undefined. */
+  find(addr: number, len: number): Region | undefined {
+    let lo = 0;
+    let hi = this.sorted.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const r = this.sorted[mid];
+      if (addr < r.base) hi = mid - 1;
+      else if (addr >= r.base + Math.max(r.size, 1)) lo = mid + 1;
+      else return addr + len <= r.base + r.size ? r : undefined;
     }
-    return new Uint8Array(this.get(id).buffer, offset, size);
+    return undefined;
+  }
+
+  /** The bytes [addr, addr+len) of a registered region (throws when none holds them). */
+  view(addr: number, len: number): Uint8Array {
+    const r = this.find(addr, len);
+    if (!r || !r.bytes) throw internalError(`no registered host region holds ${len} bytes at 0x${addr.toString(16)}`);
+    return r.bytes.subarray(addr - r.base, addr - r.base + len);
   }
 }

@@ -1,23 +1,46 @@
-// The plugin behind the core API: contexts, devices, listen/connect/accept, registrations,
-// posted operations and close. Control calls answer synchronously (connect/accept answer
-// "not yet" with comm 0); posted operations complete through the binding.
+// The plugin behind the core API, one instance per protocol thread: contexts, devices,
+// listen/connect/accept, registrations, posted requests and close. Control calls answer
+// synchronously (connect/accept answer "not yet" with comm 0). Posted requests arrive in
+// batches (turn) and end by writing their slot's state in memory the native test() reads.
 import { PtrKind, ResultCode } from './abi';
 import { type Config, readConfig } from './config';
-import { NetError, internalError, invalidArgument, resultOf } from './errors';
+import { POST, SLOT, SlotState } from './engine/records';
+import { internalError, invalidArgument, resultOf } from './errors';
 import { log } from './log';
 import { type Region, Regions } from './memory';
 import { Op } from './native';
 import { propertiesOf } from './properties';
-import { Receiver, type RecvBuf } from './protocol/receiver';
-import type { Complete } from './protocol/endpoint';
-import { Sender } from './protocol/sender';
-import { LoopbackTransport } from './transports/loopback';
-import { type IoBinding, NativeIo, adoptSocket } from './transports/native-lane';
-import { TcpTransport, nodeLanes } from './transports/tcp';
-import type { Connector, Listener, Transport } from './transports/transport';
+import { ZEROS } from './protocol/endpoint';
+import { newRecvArgs } from './protocol/receiver';
+import { type ThreadStats, commStatsLine, threadStatsLine } from './stats';
+import { Tracer } from './trace';
+import type { CommBase, Connector, Listener, RecvComm, SendComm, Transport } from './transports/transport';
 
-export type CompleteFn = (comm: number, slot: number, result: number, sizes: number[]) => void;
-export type TransportFactory = (config: Config) => Transport;
+/** What the plugin needs from its thread's host (the binding, or fakes in tests). */
+export interface PluginHost {
+  /** This protocol thread's index (0 runs init, devices and properties). */
+  readonly thread: number;
+  /** The posted-request mailbox and its record stride. */
+  readonly mailbox: Float64Array;
+  readonly recordStride: number;
+  readonly slotsPerComm: number;
+  /** Starts protocol threads 1..n-1 (thread 0, at the first init). */
+  startThreads(n: number): void;
+  /** The busy-poll window of this thread. */
+  setSpin(us: number): void;
+  makeTransport(config: Config, regions: Regions): Transport;
+  /** CPU microseconds this thread has used. */
+  threadCpu(): number;
+  /** Microseconds this thread spent working (turns and control calls), polling and sleep excluded. */
+  busy(): number;
+  /** CPU microseconds of each I/O thread (thread 0 reports them). */
+  ioCpu(): number[];
+  /** TSNET_TRACE: the process's trace file. */
+  traceOpen(path: string): boolean;
+  traceWrite(text: string): void;
+  /** Microseconds, the clock of trace timestamps. */
+  now(): number;
+}
 
 type Args = Record<string, unknown>;
 type Answer = Record<string, unknown>;
@@ -25,34 +48,41 @@ type Answer = Record<string, unknown>;
 interface Comm {
   id: number;
   ctx: number;
-  engine: Sender | Receiver;
-  /** Regions each in-flight request uses, by slot. */
-  inflight: Map<number, Region[]>;
+  /** The NCCL device it was made on. */
+  dev: number;
+  endpoint: CommBase;
+  send: SendComm | undefined;
+  recv: RecvComm | undefined;
+  /** The slot states test() reads (set at attach). */
+  status: Int32Array | undefined;
+  opened: number;
 }
 
-interface Ctx {
-  id: number;
-}
+/** Protocol threads at most (embed/host.h kMaxProtocolThreads): each thread's ids step by it. */
+const ID_STEP = 16;
 
 const PTR_NAMES: Record<number, string> = { [PtrKind.HOST]: 'host', [PtrKind.CUDA]: 'CUDA', [PtrKind.DMABUF]: 'dma-buf' };
 
 export class Plugin {
-  private nextId = 1;
+  // Ids are unique in the process: thread k hands out k+1, k+1+16, ... (log lines name comms).
+  private nextId: number;
   private config: Config | undefined;
   private transport: Transport | undefined;
-  private readonly ctxs = new Map<number, Ctx>();
-  private readonly listeners = new Map<number, { ctx: number; listener: Listener }>();
+  private tracer: Tracer | undefined;
+  private readonly ctxs = new Set<number>();
+  private readonly listeners = new Map<number, { ctx: number; dev: number; listener: Listener }>();
   private readonly connecting = new Map<string, Connector>();
   private readonly comms = new Map<number, Comm>();
   private readonly regions = new Regions();
+  private readonly args = newRecvArgs();
+  private readonly threadStats: ThreadStats = { requests: 0, cpuStart: 0, busyStart: 0, started: Date.now() };
 
   constructor(
-    private readonly complete: CompleteFn,
-    private readonly makeTransport: TransportFactory = defaultTransport,
+    private readonly host: PluginHost,
     private readonly env: Record<string, string | undefined> = process.env,
-    /** Told the configuration once it is read (the host sets its busy-poll window). */
-    private readonly onConfig?: (config: Config) => void,
-  ) {}
+  ) {
+    this.nextId = 1 + host.thread;
+  }
 
   /** Runs a control call; every failure becomes { result } with a WARN naming it. */
   control(op: string, args: Args): Answer {
@@ -64,68 +94,95 @@ export class Plugin {
       const { code, message } = resultOf(e);
       log.warn(`${op}: ${message}`);
       return { result: code };
+    } finally {
+      // Requests it ended (deregMr, close, finalize) reach the trace now: no turn may follow.
+      this.tracer?.flush();
     }
   }
 
-  /** Runs the posted requests of a mailbox. */
-  data(mailbox: Float64Array, count: number, stride: number, head: number): void {
+  /** A turn of this thread: count posted requests wait in the mailbox; completions wait in the rings. */
+  turn(count: number): void {
+    if (count) this.requests(count);
+    const t = this.transport;
+    if (!t) return;
+    t.poll();
+    t.flush();
+    this.tracer?.flush();
+  }
+
+  private requests(count: number): void {
+    const m = this.host.mailbox;
+    const stride = this.host.recordStride;
+    this.threadStats.requests += count;
     for (let k = 0; k < count; k++) {
       const at = k * stride;
-      const op = mailbox[at];
-      const commId = mailbox[at + 1];
-      const slot = mailbox[at + 2];
-      const n = mailbox[at + 3];
+      const op = m[at];
+      const commId = m[at + 1];
+      const slot = m[at + 2];
+      const n = m[at + 3];
       const comm = this.comms.get(commId);
       if (!comm) {
         log.warn(`a request was posted on comm ${commId}, which is closed`);
         continue;
       }
       try {
-        const bufs: RecvBuf[] = [];
-        const used: Region[] = [];
-        for (let i = 0; i < n; i++) {
-          const b = at + head + 4 * i;
-          const mr = mailbox[b];
-          const size = mailbox[b + 2];
-          bufs.push({ view: this.regions.view(mr, mailbox[b + 1], size), size, tag: mailbox[b + 3] });
-          if (mr) used.push(this.regions.get(mr));
-        }
-        if (op === Op.FLUSH) {
-          // Host memory needs no flush: the bytes are in place once the receive completed.
-          this.complete(comm.id, slot, ResultCode.SUCCESS, []);
+        const b = at + POST.head;
+        if (this.tracer) this.tracer.begin(comm.id, slot, op, m[b + 2], m[at + 4], m[at + 5]);
+        if (op === Op.SEND) {
+          const mr = m[b];
+          comm.send!.isend(slot, mr ? this.regions.get(mr) : null, m[b + 1], m[b + 2], m[b + 3]);
           continue;
         }
-        for (const r of used) r.inflight++;
-        comm.inflight.set(slot, used);
-        if (op === Op.SEND && comm.engine instanceof Sender) comm.engine.isend(slot, bufs[0].view, bufs[0].tag);
-        else if (op === Op.RECV && comm.engine instanceof Receiver) comm.engine.irecv(slot, bufs);
+        const a = this.args;
+        a.n = n;
+        for (let i = 0; i < n; i++) {
+          const mr = m[b + POST.buf * i];
+          a.regions[i] = mr ? this.regions.get(mr) : null;
+          a.offsets[i] = m[b + POST.buf * i + 1];
+          a.sizes[i] = m[b + POST.buf * i + 2];
+          a.tags[i] = m[b + POST.buf * i + 3];
+        }
+        if (op === Op.RECV) comm.recv!.irecv(slot, a);
+        else if (op === Op.FLUSH) comm.recv!.iflush(slot, a);
         else throw internalError(`operation ${op} does not fit comm ${commId}`);
       } catch (e) {
         const { code, message } = resultOf(e);
         log.warn(`comm ${commId}: ${message}`);
-        this.settle(comm, slot, code, [0]);
+        this.finish(comm, slot, code, ZEROS, 1);
       }
     }
   }
 
-  // Heartbeats and dead-peer detection for every comm (protocol/liveness.ts).
+  // Ends a request: its sizes, then its result, then its state (release: test() reads it).
+  private finish(comm: Comm, slot: number, code: ResultCode, sizes: ArrayLike<number>, n: number): void {
+    const st = comm.status;
+    if (!st) return;
+    const b = slot * SLOT.ints;
+    if (Atomics.load(st, b + SLOT.state) !== SlotState.POSTED) {
+      log.warn(`comm ${comm.id}: request slot ${slot} completed but is not in flight`);
+      return;
+    }
+    for (let i = 0; i < n; i++) st[b + SLOT.sizes + i] = sizes[i];
+    st[b + SLOT.result] = code;
+    Atomics.store(st, b + SLOT.state, code === ResultCode.SUCCESS ? SlotState.DONE : SlotState.FAILED);
+    this.tracer?.end(comm.id, slot, code);
+  }
+
+  // Heartbeats and dead-peer detection for every comm of this thread.
   private startWatchdog(timeoutMs: number): void {
     const every = Math.max(50, Math.min(1000, timeoutMs / 4));
     setInterval(() => {
       const now = Date.now();
-      for (const c of this.comms.values()) c.engine.tick(now, timeoutMs);
+      for (const c of this.comms.values()) c.endpoint.tick(now, timeoutMs);
+      this.transport?.tick?.(now, timeoutMs);
+      this.transport?.flush();
     }, every).unref();
   }
 
-  private settle(comm: Comm, slot: number, code: ResultCode, sizes: number[]): void {
-    for (const r of comm.inflight.get(slot) ?? []) r.inflight--;
-    comm.inflight.delete(slot);
-    this.complete(comm.id, slot, code, sizes);
-  }
-
   private id(): number {
-    const id = this.nextId++;
-    if (this.nextId > 0xffff_ffff) this.nextId = 1;
+    const id = this.nextId;
+    this.nextId += ID_STEP;
+    if (this.nextId > 0xffff_ffff) this.nextId = 1 + this.host.thread;
     return id;
   }
 
@@ -136,42 +193,63 @@ export class Plugin {
   }
 
   private device(dev: unknown): number {
-    const t = this.transport!;
+    const t = this.started();
     if (typeof dev !== 'number' || !Number.isInteger(dev) || dev < 0 || dev >= t.devices.length)
       throw invalidArgument(`device ${dev} does not exist (tsnet has ${t.devices.length}: 0 to ${t.devices.length - 1})`);
     return dev;
   }
 
+  // The configuration and transport of this thread: thread 0 makes them at the first init;
+  // the other threads at their first call (the core sends them no init).
   private started(): Transport {
-    if (!this.transport) throw internalError('init was not called');
+    if (this.transport) return this.transport;
+    const { config, lines } = readConfig(this.env);
+    const first = this.host.thread === 0;
+    if (first) for (const l of lines) log.info(`config: ${l}`);
+    if (first && config.protocolThreads > 1) this.host.startThreads(config.protocolThreads);
+    this.host.setSpin(config.spinUs);
+    this.transport = this.host.makeTransport(config, this.regions);
+    this.config = config;
+    if (config.traceFile) {
+      if (this.host.traceOpen(config.traceFile)) this.tracer = new Tracer(this.host, this.host.thread);
+      else log.warn(`TSNET_TRACE=${config.traceFile}: the file cannot be written; no trace`);
+    }
+    this.threadStats.cpuStart = this.host.threadCpu();
+    this.threadStats.busyStart = this.host.busy();
+    this.startWatchdog(config.timeoutSec * 1000);
+    if (first) log.info(`transport ${this.transport.name}, ${this.transport.devices.length} device(s), ${config.protocolThreads} protocol thread(s)`);
     return this.transport;
   }
 
-  private newComm(ctx: number, make: (name: string, done: Complete) => Sender | Receiver): number {
+  private newComm(ctx: number, dev: number, endpoint: SendComm | RecvComm, send: boolean): number {
     const id = this.id();
-    // Completions of a closed comm go nowhere: NCCL no longer holds its requests.
-    const done: Complete = (slot, code, sizes) => {
-      const c = this.comms.get(id);
-      if (c) this.settle(c, slot, code, sizes);
-    };
-    const engine = make(`comm ${id}`, done);
-    this.comms.set(id, { id, ctx, engine, inflight: new Map() });
+    this.comms.set(id, { id, ctx, dev, endpoint, send: send ? (endpoint as SendComm) : undefined, recv: send ? undefined : (endpoint as RecvComm), status: undefined, opened: Date.now() });
     return id;
+  }
+
+  private hooks(id: number) {
+    // Completions of a closed comm go nowhere: NCCL no longer holds its requests.
+    return {
+      name: `comm ${id}`,
+      slots: this.host.slotsPerComm,
+      complete: (slot: number, code: ResultCode, sizes: ArrayLike<number>, n: number) => {
+        const c = this.comms.get(id);
+        if (c) this.finish(c, slot, code, sizes, n);
+      },
+    };
+  }
+
+  private closeComm(comm: Comm): void {
+    comm.endpoint.close();
+    this.comms.delete(comm.id);
+    if (this.config?.stats) log.info(commStatsLine(comm.id, comm.send ? 'send' : 'receive', comm.endpoint.stats, Date.now() - comm.opened));
   }
 
   private readonly ops: Record<string, (a: Args) => Answer> = {
     init: (a) => {
-      if (!this.config) {
-        const { config, lines } = readConfig(this.env);
-        this.transport = this.makeTransport(config);
-        this.config = config;
-        this.onConfig?.(config);
-        this.startWatchdog(config.timeoutSec * 1000);
-        for (const l of lines) log.info(`config: ${l}`);
-        log.info(`transport ${this.transport.name}, ${this.transport.devices.length} device(s)`);
-      }
+      this.started();
       const id = this.id();
-      this.ctxs.set(id, { id });
+      this.ctxs.add(id);
       log.info(
         a.legacy ? `context ${id}: the process-wide context of ncclNet v6-v10` : `context ${id} for communicator 0x${(a.commId as bigint).toString(16)}`,
       );
@@ -188,45 +266,54 @@ export class Plugin {
 
     listen: (a) => {
       const t = this.started();
-      this.need(this.ctxs, a.ctx, 'context');
       const listener = t.listen(this.device(a.dev));
       const id = this.id();
-      this.listeners.set(id, { ctx: a.ctx as number, listener });
+      this.ctxs.add(a.ctx as number); // the core checked it; other threads learn it here
+      this.listeners.set(id, { ctx: a.ctx as number, dev: a.dev as number, listener });
       return { listen: id, handle: listener.handle };
     },
 
     connect: (a) => {
       const t = this.started();
-      this.need(this.ctxs, a.ctx, 'context');
       const dev = this.device(a.dev);
       const handle = a.handle as Uint8Array;
+      this.ctxs.add(a.ctx as number);
       // NCCL retries with the same handle until the comm is up: the handle names the attempt.
       const key = `${a.ctx}/${dev}/${Buffer.from(handle).toString('hex')}`;
       let c = this.connecting.get(key);
       if (!c) this.connecting.set(key, (c = t.connect(dev, handle)));
-      let link;
+      let comm: SendComm | undefined;
+      const id = this.nextId;
       try {
-        link = c.poll();
+        comm = c.poll(this.hooks(id));
       } catch (e) {
         this.connecting.delete(key);
         c.close();
         throw e;
       }
-      if (!link) return { comm: 0 };
+      if (!comm) return { comm: 0 };
       this.connecting.delete(key);
-      const comm = this.newComm(a.ctx as number, (name, done) => new Sender(link, link.policy ?? t.policy, done, name));
-      log.info(`comm ${comm}: connected ${link.description}`);
-      return { comm };
+      if (this.newComm(a.ctx as number, dev, comm, true) !== id) throw internalError('comm ids went out of step');
+      log.info(`comm ${id}: connected`);
+      return { comm: id };
     },
 
     accept: (a) => {
-      const t = this.started();
       const l = this.need(this.listeners, a.listen, 'listen comm');
-      const link = l.listener.accept();
-      if (!link) return { comm: 0 };
-      const comm = this.newComm(l.ctx, (name, done) => new Receiver(link, link.policy ?? t.policy, done, name));
-      log.info(`comm ${comm}: accepted ${link.description}`);
-      return { comm };
+      const id = this.nextId;
+      const comm = l.listener.accept(this.hooks(id));
+      if (!comm) return { comm: 0 };
+      if (this.newComm(l.ctx, l.dev, comm, false) !== id) throw internalError('comm ids went out of step');
+      log.info(`comm ${id}: accepted`);
+      return { comm: id };
+    },
+
+    attach: (a) => {
+      const comm = this.need(this.comms, a.comm, 'comm');
+      comm.status = new Int32Array(a.status as ArrayBuffer);
+      if (this.tracer) comm.endpoint.trace = this.tracer.forComm(comm.id);
+      comm.endpoint.start();
+      return {};
     },
 
     regMr: (a) => {
@@ -239,28 +326,31 @@ export class Plugin {
             `tsnet registers ${PTR_NAMES[t.traits.ptrSupport]} memory (0x${t.traits.ptrSupport.toString(16)})`,
         );
       const id = this.id();
-      this.regions.add(id, comm.id, a.buffer as ArrayBuffer);
+      // GPU memory comes without a view: JavaScript never touches it.
+      const region = this.regions.add(id, comm.id, (a.buffer as ArrayBuffer | undefined) ?? null, a.base as number, a.size as number);
+      region.dev = comm.dev;
+      try {
+        t.register?.(region, comm.dev);
+      } catch (e) {
+        this.regions.delete(id);
+        throw e;
+      }
       return { mr: id };
     },
 
     deregMr: (a) => {
       const r = this.regions.delete(a.mr as number);
       if (!r) throw invalidArgument(`deregMr: no region ${a.mr}`);
-      if (r.inflight > 0) {
-        // Nothing may touch the memory once NCCL has it back: stop the comm using it.
-        const comm = this.comms.get(r.comm);
-        const err = new NetError(ResultCode.INTERNAL_ERROR, `deregMr of a region with ${r.inflight} operation(s) in flight`);
-        comm?.engine.fail(err);
-        throw err;
-      }
+      // Nothing may touch the memory once NCCL has it back: requests using it end now.
+      const comm = this.comms.get(r.comm);
+      const n = comm ? comm.endpoint.cancelRegion(r as Region) : 0;
+      if (n) log.info(`deregMr: comm ${r.comm}: ${n} request(s) in flight on the region were cancelled`);
+      this.transport?.deregister?.(r as Region, r.dev);
       return {};
     },
 
     close: (a) => {
-      const comm = this.need(this.comms, a.comm, 'comm');
-      comm.engine.close();
-      this.comms.delete(comm.id);
-      for (const used of comm.inflight.values()) for (const r of used) r.inflight--;
+      this.closeComm(this.need(this.comms, a.comm, 'comm'));
       return {};
     },
 
@@ -272,32 +362,32 @@ export class Plugin {
     },
 
     finalize: (a) => {
-      const ctx = this.need(this.ctxs, a.ctx, 'context');
+      const ctx = a.ctx as number;
       // Only this context's leftovers go; other communicators keep theirs.
-      for (const c of [...this.comms.values()].filter((c) => c.ctx === ctx.id)) this.ops.close({ comm: c.id });
-      for (const [id, l] of [...this.listeners].filter(([, l]) => l.ctx === ctx.id)) this.ops.closeListen({ listen: id });
-      this.ctxs.delete(ctx.id);
+      for (const c of [...this.comms.values()].filter((c) => c.ctx === ctx)) this.closeComm(c);
+      for (const [id, l] of [...this.listeners].filter(([, l]) => l.ctx === ctx)) {
+        l.listener.close();
+        this.listeners.delete(id);
+      }
+      // Connects NCCL will not retry: left alone they would finish into a link nobody closes.
+      for (const [key, c] of [...this.connecting].filter(([k]) => k.startsWith(`${ctx}/`))) {
+        c.close();
+        this.connecting.delete(key);
+      }
+      this.ctxs.delete(ctx);
+      if (this.config?.stats) {
+        log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy()));
+        if (this.host.thread === 0) {
+          const io = this.host.ioCpu();
+          if (io.length) log.info(`stats: I/O threads CPU ${io.map((us) => `${(us / 1e6).toFixed(3)} s`).join(', ')}`);
+        }
+      }
       return {};
     },
 
     setNetAttr: (a) => {
-      this.need(this.ctxs, a.ctx, 'context');
       log.trace(() => `setNetAttr: ${JSON.stringify(a)}`);
       return {};
     },
   };
 }
-
-/** The configured transport; TCP moves its bytes on native I/O threads when io is given. */
-export function makeTransport(config: Config, io?: IoBinding): Transport {
-  if (config.transport === 'loopback') return new LoopbackTransport(config);
-  if (config.io === 'native' && io) {
-    // Bulk bytes (the data lanes) move on native I/O threads; the control lane (headers, small
-    // messages, ACKs) stays on the plugin thread, one hop shorter for small messages.
-    const engine = NativeIo.get({ threads: config.ioThreads, binding: io, spinUs: config.spinUs });
-    return new TcpTransport(config, (sock, onFail, i) => (i === 0 ? nodeLanes(sock, onFail, i) : adoptSocket(sock, engine)));
-  }
-  return new TcpTransport(config);
-}
-
-const defaultTransport: TransportFactory = (config) => makeTransport(config);

@@ -1,30 +1,52 @@
-// What both ends of a link share: completions go through one callback; the first failure
-// fails what is pending and every later request; close tells the peer (CLOSE) and leaves
-// nothing that could touch NCCL's memory; liveness sends heartbeats and spots a dead peer.
-import type { ResultCode } from '../abi';
-import { type NetError, remoteError } from '../errors';
+// What both ends of a link share: completions go through one callback; frames from the peer
+// are parsed in place from the control lane's receive ring; the first failure fails what is
+// pending and every later request; close tells the peer (CLOSE) and leaves nothing that could
+// touch NCCL's memory; heartbeats and the dead-peer check tell a quiet link from a dead one.
+import { ResultCode } from '../abi';
+import { type NetError, invalidUsage, remoteError, systemError } from '../errors';
 import { log } from '../log';
-import type { Link } from '../transports/lane';
-import { FRAME_BYTES, type Frame, FrameType, decodeFrame, encodeFrame } from './frames';
-import { Liveness } from './liveness';
-import type { SchedulePolicy } from './schedule';
+import type { Region } from '../memory';
+import { FLAG_EAGER, FRAME_BYTES, type Frame, FrameType, readFrame } from './frames';
+import { type LinkEvents, NO_OP, type StreamLink } from './link';
 
-export type Complete = (slot: number, code: ResultCode, sizes: number[]) => void;
+/** Ends a request: n sizes (one per buffer of a receive, one for a send, none for a flush). */
+export type Complete = (slot: number, code: ResultCode, sizes: ArrayLike<number>, n: number) => void;
 
-export abstract class Endpoint {
+/** TSNET_TRACE's view of a comm's requests (plugin/trace.ts); absent when tracing is off. */
+export interface RequestTrace {
+  step(slot: number, what: string, us: number, io: number): void;
+}
+
+/** Per comm: what TSNET_STATS reports. */
+export interface CommStats {
+  messages: number;
+  bytes: number;
+}
+
+export const STATUS_EOF = -1000;
+const ERRNO_NAMES: Record<number, string> = { 104: 'ECONNRESET', 32: 'EPIPE', 110: 'ETIMEDOUT', 113: 'EHOSTUNREACH', 111: 'ECONNREFUSED' };
+
+/** The error a failed lane operation means. EOF and resets are the peer going away. */
+export function laneError(name: string, status: number): NetError {
+  if (status === STATUS_EOF) return remoteError(`${name}: the peer closed the connection`);
+  const errno = ERRNO_NAMES[-status];
+  if (errno === 'ECONNRESET' || errno === 'EPIPE') return remoteError(`${name}: the peer reset the connection (${errno})`);
+  return systemError(`${name}: a socket failed (${errno ?? `errno ${-status}`})`);
+}
+
+export abstract class Endpoint implements LinkEvents {
+  readonly stats: CommStats = { messages: 0, bytes: 0 };
+  trace: RequestTrace | undefined;
   protected failed: NetError | undefined;
-  protected readonly frame = new Uint8Array(FRAME_BYTES);
-  protected readonly liveness: Liveness;
+  /** Ring position of the next frame to parse (modulo 2^32). */
+  protected parsed = 0;
+  private readonly frame: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
 
   constructor(
-    protected readonly link: Link,
-    protected readonly policy: SchedulePolicy,
+    protected readonly link: StreamLink,
     protected readonly complete: Complete,
     protected readonly name: string,
-  ) {
-    this.liveness = new Liveness(name);
-    link.onFail((err) => this.lost(err));
-  }
+  ) {}
 
   /** Requests posted and not yet completed. */
   abstract get pending(): number;
@@ -32,66 +54,95 @@ export abstract class Endpoint {
   protected abstract readonly kind: string;
   /** 'sender' or 'receiver': the other end, for log lines. */
   protected abstract readonly peer: string;
-  /** Handles a frame from the peer (never HEARTBEAT or CLOSE); true reads the next at once. */
-  protected abstract onFrame(f: Frame): boolean;
+  /** A frame from the peer (never HEARTBEAT or CLOSE); its payload starts at ring position payloadAt. */
+  protected abstract onFrame(f: Frame, payloadAt: number): void;
+  abstract onOp(op: number, status: number, time: number, io: number): void;
   /** Completes every pending request with err's code and forgets them. */
   protected abstract failPending(err: NetError): void;
-  /** Forgets every pending request without completing it: NCCL has closed the comm. */
-  protected abstract dropPending(): void;
+  /** Completes every pending request with err's code: the comm is closing. */
+  protected abstract cancelPending(err: NetError): number;
+  /**
+   * Requests using region end with an error now; nothing touches the region afterwards.
+   * Returns how many ended.
+   */
+  abstract cancelRegion(region: Region): number;
+  /** Ring position before which received bytes are still needed (default: all parsed). */
+  protected keepFrom(): number {
+    return this.parsed;
+  }
 
-  /** Periodic: heartbeats and the dead-peer check (see Liveness). */
+  /** Starts taking events (the link delivers what came before). */
+  start(): void {
+    this.link.attach(this);
+  }
+
+  onRx(status: number): void {
+    if (this.failed) return;
+    this.parseFrames();
+    if (status !== 0 && !this.failed) this.fail(laneError(this.name, status));
+  }
+
+  /** Periodic: heartbeats and the dead-peer check. */
   tick(now: number, timeoutMs: number): void {
     if (this.failed) return;
-    const err = this.liveness.tick(now, timeoutMs, this.pending, this.link.control);
-    if (err) this.fail(err);
+    if (now - this.link.wrote >= timeoutMs / 4) this.link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, NO_OP);
+    if (this.pending > 0 && now - this.link.heard > timeoutMs)
+      this.fail(remoteError(`${this.name}: nothing heard from the peer for ${((now - this.link.heard) / 1000).toFixed(1)} s with ${this.pending} request(s) pending`));
   }
 
-  /** Stops every operation; the peer sees CLOSE. Nothing touches NCCL's memory afterwards. */
+  /**
+   * Closes the comm: the peer sees CLOSE; requests in flight are cancelled (an INFO line says
+   * so) and their memory is never touched again.
+   */
   close(): void {
-    if (!this.failed) this.sendFrame(FrameType.CLOSE, -1, 0);
+    const inFlight = this.failed ? 0 : this.cancelPending(invalidUsage(`${this.name}: closed with the request in flight`));
+    if (inFlight) log.info(`${this.name}: closed with ${inFlight} ${this.kind}(s) in flight; cancelled`);
+    if (!this.failed) this.link.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP);
     this.failed ??= remoteError(`${this.name}: closed`);
-    this.dropPending();
-    this.link.close();
+    this.link.close(true);
   }
 
-  /** Fails every pending request and every later one with err. */
+  /** Fails every pending request and every later one with err; the link ends. */
   fail(err: NetError): void {
     if (this.failed) return;
     this.failed = err;
     if (this.pending) log.warn(`${err.message}; failing ${this.pending} pending ${this.kind}(s)`);
+    // The link first: once a request ends NCCL may reuse its memory, so nothing may touch it then.
+    this.link.close(false);
     this.failPending(err);
-    this.link.close();
   }
 
-  /** A lane failed or the peer went away. */
-  protected lost(err: Error): void {
-    this.fail(remoteError(`${this.name}: ${err.message}`));
+  /** Ends request slot with the error this comm failed with (a request posted after the failure). */
+  protected refuse(slot: number, n: number): void {
+    this.complete(slot, this.failed!.code, ZEROS, n);
   }
 
-  // Reads the peer's next frame from the control lane. Any frame proves the peer alive;
-  // CLOSE and malformed frames end the link; the rest go to onFrame.
-  protected readFrame(): void {
-    this.link.control.read(this.frame, (err) => {
-      if (this.failed) return;
-      if (err) return this.lost(err);
-      this.liveness.heardNow();
-      const f = decodeFrame(this.frame);
-      if (typeof f === 'string') return this.fail(remoteError(`${this.name}: protocol error from the ${this.peer}: ${f}`));
+  // Parses every whole frame the ring holds; CLOSE and malformed frames end the link.
+  private parseFrames(): void {
+    const rx = this.link.rx;
+    const f = this.frame;
+    for (;;) {
+      const avail = (rx.written() - this.parsed) >>> 0;
+      if (avail < FRAME_BYTES) break;
+      const bad = readFrame(rx, this.parsed, f);
+      if (bad) return this.fail(remoteError(`${this.name}: protocol error from the ${this.peer}: ${bad}`));
+      const total = FRAME_BYTES + (f.flags & FLAG_EAGER ? f.size : 0);
+      if (total > rx.mask + 1)
+        return this.fail(remoteError(`${this.name}: protocol error: a ${f.size}-byte inline payload is larger than the receive ring (${rx.mask + 1} bytes)`));
+      if (avail < total) break;
       if (f.type === FrameType.CLOSE) return this.fail(remoteError(`${this.name}: the ${this.peer} closed the connection`));
-      if (f.type === FrameType.HEARTBEAT || this.onFrame(f)) this.readFrame();
-    });
+      const at = (this.parsed + FRAME_BYTES) >>> 0;
+      this.parsed = (this.parsed + total) >>> 0;
+      if (f.type !== FrameType.HEARTBEAT) this.onFrame(f, at);
+      if (this.failed) return;
+    }
+    rx.release(this.keepFrom());
   }
 
   /** A frame that has no business on this side of the link. */
-  protected unexpected(f: Frame): false {
+  protected unexpected(f: Frame): void {
     this.fail(remoteError(`${this.name}: protocol error: unexpected frame type ${f.type} from the ${this.peer}`));
-    return false;
-  }
-
-  protected sendFrame(type: FrameType, seq: number, size: number): void {
-    this.liveness.wroteNow();
-    this.link.control.write([encodeFrame({ type, flags: 0, tag: 0, seq, size })], (err) => {
-      if (err && !this.failed) this.lost(err);
-    });
   }
 }
+
+export const ZEROS: readonly number[] = [0, 0, 0, 0, 0, 0, 0, 0];

@@ -1,178 +1,348 @@
-// The receive side of a link. MSG frames are matched to posted receives in FIFO order (tags
-// choose the buffer of a multi-receive), then the payload is read straight into the chosen
-// buffer: inline from the control lane, or stripe by stripe from the data lanes in the same
-// order the sender wrote them. A message that does not fit is drained into scratch memory
-// and fails the receive (and, through NACK, the send): no byte lands past a buffer.
+// The receive side of a link. MSG frames are parsed in place from the control lane's receive
+// ring, in sequence order, and matched to posted receives by the shared rule (matching.ts:
+// the earliest posted receive with an unused entry of the message's tag). An eager payload is
+// copied from the ring into its buffer once matched (until then it holds its ring space); a
+// striped one is read straight into its buffer from the data lanes, stripe by stripe in the
+// order the sender wrote them, so a lane waits at a stripe whose message has no receive yet.
+// A message larger than its buffer fails the receive (and, through NACK, the send): its bytes
+// are dropped, nothing lands past a buffer.
 import { ResultCode } from '../abi';
 import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
-import type { Lane } from '../transports/lane';
-import { Endpoint } from './endpoint';
-import { FLAG_EAGER, type Frame, FrameType } from './frames';
-import { type PostedRecv, type RecvBuffer, assign, fullyAssigned, newPostedRecv } from './matching';
-import { stripes } from './schedule';
+import type { Region } from '../memory';
+import { type Complete, Endpoint, laneError } from './endpoint';
+import { FLAG_EAGER, type Frame, FrameType, copyOut } from './frames';
+import { NO_OP, type StreamLink } from './link';
+import { MAX_ENTRIES, Matcher, type RecvEntry, sizeError } from './matching';
+import { stripeCount } from './policies';
 
-export interface RecvBuf extends RecvBuffer {
-  view: Uint8Array;
+/** The buffers of one irecv, filled by the caller and copied by irecv (reused across calls). */
+export interface RecvArgs {
+  n: number;
+  regions: (Region | null)[];
+  offsets: number[];
+  sizes: number[];
+  tags: number[];
 }
 
-interface Arrival {
-  recv: PostedRecv<RecvBuf>;
+export function newRecvArgs(): RecvArgs {
+  return { n: 0, regions: new Array(MAX_ENTRIES).fill(null), offsets: new Array(MAX_ENTRIES).fill(0), sizes: new Array(MAX_ENTRIES).fill(0), tags: new Array(MAX_ENTRIES).fill(0) };
+}
+
+interface RecvOp {
+  slot: number;
+  gen: number;
+  active: boolean; // posted and not yet reported
+  n: number;
+  left: number; // entries whose message has not fully arrived
+  regions: (Region | null)[];
+  offsets: number[];
+  entries: RecvEntry[]; // size (room) and tag per buffer
+  views: RecvEntry[][]; // views[n - 1]: the first n entries, for the matcher
+  got: number[]; // sizes to report
+  failed: NetError | undefined;
+}
+
+interface Msg {
+  id: number;
+  gen: number;
   seq: number;
-  left: number; // bytes still to come
+  tag: number;
+  size: number;
+  eager: boolean;
+  at: number; // eager: ring position of the payload
+  frameAt: number; // eager: ring position of the frame (held until copied)
+  arrived: number; // Date.now() of its header
+  recv: RecvOp | null;
+  recvGen: number;
+  dest: number; // address of its bytes, 0: dropped
+  matched: boolean;
+  copied: boolean; // eager: out of the ring
+  stripes: number; // stripes not yet landed
+  live: boolean;
 }
 
-/** Bytes a lane must deliver: into view, or (view null) into scratch and dropped. */
-interface Expect {
-  view: Uint8Array | null;
-  left: number;
-  arrival: Arrival;
-}
+/** Per data lane: stripes expected, in the sender's order (message, offset, length). */
+class LaneQueue {
+  msgs: (Msg | undefined)[] = new Array(16).fill(undefined);
+  offs: number[] = new Array(16).fill(0);
+  lens: number[] = new Array(16).fill(0);
+  head = 0; // next to submit
+  tail = 0;
 
-const SCRATCH_BYTES = 1 << 20;
+  push(m: Msg, off: number, len: number): void {
+    if (this.tail - this.head === this.msgs.length) this.grow();
+    const i = this.tail++ & (this.msgs.length - 1);
+    this.msgs[i] = m;
+    this.offs[i] = off;
+    this.lens[i] = len;
+  }
+
+  private grow(): void {
+    const cap = this.msgs.length;
+    const msgs = new Array(cap * 2).fill(undefined);
+    const offs = new Array(cap * 2).fill(0);
+    const lens = new Array(cap * 2).fill(0);
+    for (let k = this.head; k < this.tail; k++) {
+      msgs[k & (cap * 2 - 1)] = this.msgs[k & (cap - 1)];
+      offs[k & (cap * 2 - 1)] = this.offs[k & (cap - 1)];
+      lens[k & (cap * 2 - 1)] = this.lens[k & (cap - 1)];
+    }
+    this.msgs = msgs;
+    this.offs = offs;
+    this.lens = lens;
+  }
+}
 
 export class Receiver extends Endpoint {
   protected readonly kind = 'receive';
   protected readonly peer = 'sender';
-  private readonly posted: PostedRecv<RecvBuf>[] = [];
+  private readonly recvs: RecvOp[];
+  private readonly matcher: Matcher<RecvOp, Msg>;
+  private readonly lanesQ: LaneQueue[];
+  private readonly msgs: Msg[] = [];
+  private readonly freeMsgs: Msg[] = [];
+  // Eager messages whose payload may still be in the ring, in ring order, with their generation
+  // (a message whose generation moved on was copied and recycled).
+  private held: Msg[] = [];
+  private heldGen: number[] = [];
+  private heldHead = 0;
   private nextSeq = 0;
-  private nextLane = 0;
-  private waiting: Frame | undefined; // a header with no receive posted yet
-  private readonly laneQueues: Expect[][];
-  private readonly laneBusy: boolean[];
-  private scratch: Uint8Array | undefined;
-  private ackSeq = -1; // every message up to here has fully arrived
-  private readonly arrivedAhead = new Set<number>(); // arrived while an earlier one had not
-  private ackQueued = false;
+  private counter = 0; // stripes expected so far: the lane policy's counter
+  private active = 0;
 
-  constructor(...args: ConstructorParameters<typeof Endpoint>) {
-    super(...args);
-    this.laneQueues = this.link.data.map(() => []);
-    this.laneBusy = this.link.data.map(() => false);
-    this.readFrame();
-  }
-
-  irecv(slot: number, bufs: RecvBuf[]): void {
-    if (this.failed) {
-      this.complete(slot, this.failed.code, bufs.map(() => 0));
-      return;
-    }
-    this.posted.push(newPostedRecv(slot, bufs));
-    if (this.waiting) this.match();
+  constructor(link: StreamLink, complete: Complete, name: string, slots: number) {
+    super(link, complete, name);
+    this.recvs = Array.from({ length: slots }, (_, slot) => {
+      const entries = Array.from({ length: MAX_ENTRIES }, () => ({ size: 0, tag: 0 }));
+      return {
+        slot, gen: 0, active: false, n: 0, left: 0,
+        regions: new Array(MAX_ENTRIES).fill(null), offsets: new Array(MAX_ENTRIES).fill(0),
+        entries, views: entries.map((_e, i) => entries.slice(0, i + 1)), got: new Array(MAX_ENTRIES).fill(0), failed: undefined,
+      };
+    });
+    this.matcher = new Matcher((r, i, m) => this.matched(r, i, m));
+    this.lanesQ = Array.from({ length: link.lanes }, () => new LaneQueue());
   }
 
   get pending(): number {
-    return this.posted.length;
+    return this.active;
+  }
+
+  irecv(slot: number, a: RecvArgs): void {
+    if (this.failed) return this.refuse(slot, a.n);
+    const r = this.recvs[slot];
+    r.gen = (r.gen + 1) & 0xffffff;
+    r.active = true;
+    r.n = a.n;
+    r.left = a.n;
+    r.failed = undefined;
+    for (let i = 0; i < a.n; i++) {
+      r.regions[i] = a.regions[i];
+      r.offsets[i] = a.offsets[i];
+      r.entries[i].size = a.sizes[i];
+      r.entries[i].tag = a.tags[i];
+      r.got[i] = 0;
+    }
+    this.active++;
+    this.matcher.post(r, r.views[a.n - 1]);
+    this.link.rx.release(this.heldAt()); // copies made in matched() freed ring space
+  }
+
+  /** Host memory needs no flush: the bytes are in place once the receive completed. */
+  iflush(slot: number): void {
+    this.complete(slot, ResultCode.SUCCESS, this.recvs[slot].got, 0);
+  }
+
+  /** Periodic: also fails a link whose oldest message has matched nothing for the whole timeout. */
+  override tick(now: number, timeoutMs: number): void {
+    super.tick(now, timeoutMs);
+    if (this.failed || this.matcher.waiting === 0 || this.matcher.posted === 0) return;
+    const w = this.matcher.oldestWaiting()!;
+    if (now - w.msg.arrived > timeoutMs)
+      this.fail(invalidUsage(
+        `${this.name}: message ${w.msg.seq} (tag ${w.tag}, ${w.msg.size} bytes) has matched no posted receive for ` +
+          `${((now - w.msg.arrived) / 1000).toFixed(1)} s: ${this.matcher.describeOpen()}`,
+      ));
+  }
+
+  protected override keepFrom(): number {
+    return this.heldAt();
+  }
+
+  private heldAt(): number {
+    const h = this.held;
+    while (this.heldHead < h.length && (h[this.heldHead].gen !== this.heldGen[this.heldHead] || h[this.heldHead].copied)) this.heldHead++;
+    if (this.heldHead === h.length) {
+      h.length = 0;
+      this.heldGen.length = 0;
+      this.heldHead = 0;
+      return this.parsed;
+    }
+    if (this.heldHead > 64 && this.heldHead * 2 > h.length) {
+      this.held = h.slice(this.heldHead);
+      this.heldGen = this.heldGen.slice(this.heldHead);
+      this.heldHead = 0;
+    }
+    return this.held[this.heldHead].frameAt;
+  }
+
+  protected onFrame(f: Frame, at: number): void {
+    if (f.type !== FrameType.MSG) return this.unexpected(f);
+    if (f.seq !== this.nextSeq) return this.fail(remoteError(`${this.name}: protocol error: message ${f.seq} arrived, expected ${this.nextSeq}`));
+    this.nextSeq++;
+    const m = this.allocMsg();
+    m.seq = f.seq;
+    m.tag = f.tag;
+    m.size = f.size;
+    m.eager = (f.flags & FLAG_EAGER) !== 0;
+    m.at = at;
+    m.frameAt = (at - 24) >>> 0;
+    m.arrived = Date.now();
+    m.stripes = 0;
+    if (m.eager) {
+      this.held.push(m);
+      this.heldGen.push(m.gen);
+    } else {
+      const p = this.link.policy;
+      const len = p.stripes.length(f.size, p.minStripe, p.lanes);
+      const n = stripeCount(f.size, len);
+      let lane = p.laneChoice.first(this.counter, f.tag, p.lanes);
+      for (let k = 0, off = 0; k < n; k++, off += len) {
+        this.lanesQ[lane].push(m, off, Math.min(len, f.size - off));
+        if (++lane === p.lanes) lane = 0;
+      }
+      this.counter += n;
+      m.stripes = n;
+    }
+    this.stats.messages++;
+    this.stats.bytes += f.size;
+    this.matcher.arrive(m, f.tag);
+  }
+
+  // The matcher gave message m entry i of receive r.
+  private matched(r: RecvOp, i: number, m: Msg): void {
+    m.recv = r;
+    m.recvGen = r.gen;
+    m.matched = true;
+    r.got[i] = m.size;
+    const room = r.entries[i].size;
+    const tooBig = sizeError(m.size, room, m.tag);
+    if (tooBig) {
+      this.link.frame(FrameType.NACK, 0, 0, m.seq, room, 0, 0, NO_OP);
+      this.failRecv(r, invalidUsage(`${this.name}: ${tooBig}`));
+    }
+    const region = r.regions[i];
+    m.dest = r.failed || !region || m.size === 0 ? 0 : region.base + r.offsets[i];
+    if (m.eager) {
+      if (m.dest) copyOut(this.link.rx, m.at, m.size, region!.bytes!, r.offsets[i]);
+      m.copied = true;
+      this.landed(m);
+    } else if (m.stripes === 0) this.landed(m);
+    else for (let k = 0; k < this.lanesQ.length; k++) this.pump(k);
+  }
+
+  // Submits the lane's expected stripes whose destination is known, in order.
+  private pump(k: number): void {
+    const q = this.lanesQ[k];
+    const mask = q.msgs.length - 1;
+    while (q.head !== q.tail) {
+      const i = q.head & mask;
+      const m = q.msgs[i]!;
+      if (!m.matched) return;
+      this.link.read(k, m.dest === 0 ? 0 : m.dest + q.offs[i], q.lens[i], (m.id | (m.gen << 16)) >>> 0);
+      q.msgs[i] = undefined;
+      q.head++;
+    }
+  }
+
+  onOp(token: number, status: number, time: number, io: number): void {
+    const m = this.msgs[token & 0xffff];
+    if (!m || !m.live || m.gen !== token >>> 16 || this.failed) return;
+    if (status !== 0) return this.fail(laneError(this.name, status));
+    if (this.trace && m.recv) this.trace.step(m.recv.slot, 'landed', time, io);
+    if (--m.stripes === 0) this.landed(m);
+  }
+
+  // Every byte of m is in place (or dropped).
+  private landed(m: Msg): void {
+    const r = m.recv!;
+    const mine = r.active && r.gen === m.recvGen;
+    this.freeMsg(m);
+    if (!mine || --r.left > 0) return;
+    r.active = false;
+    this.active--;
+    for (let i = 0; i < r.n; i++) r.regions[i] = null;
+    this.complete(r.slot, r.failed ? r.failed.code : ResultCode.SUCCESS, r.got, r.n);
+  }
+
+  // The receive ends in error once every message it took is consumed; bytes of its messages not
+  // yet on their way into its buffers are dropped.
+  private failRecv(r: RecvOp, err: NetError): void {
+    if (r.failed) return;
+    r.failed = err;
+    log.warn(err.message);
+    for (const m of this.msgs) if (m.live && m.recv === r && m.recvGen === r.gen) m.dest = 0;
   }
 
   protected failPending(err: NetError): void {
-    for (const r of this.posted) this.complete(r.slot, r.failed ? r.code : err.code, r.sizes);
-    this.dropPending();
+    this.cancelPending(err);
   }
 
-  protected dropPending(): void {
-    this.posted.length = 0;
-    for (const q of this.laneQueues) q.length = 0;
-  }
-
-  protected onFrame(f: Frame): boolean {
-    if (f.type !== FrameType.MSG) return this.unexpected(f);
-    if (f.seq !== this.nextSeq) {
-      this.fail(remoteError(`${this.name}: protocol error: message ${f.seq} arrived, expected ${this.nextSeq}`));
-      return false;
+  protected cancelPending(err: NetError): number {
+    let n = 0;
+    for (const r of this.recvs) {
+      if (!r.active) continue;
+      r.active = false;
+      n++;
+      this.complete(r.slot, r.failed ? r.failed.code : err.code, r.got, r.n);
     }
-    this.nextSeq++;
-    this.waiting = f;
-    this.match(); // reads the next frame once this one's payload is placed
-    return false;
+    this.active = 0;
+    this.matcher.clear();
+    for (const m of this.msgs) m.live = false;
+    return n;
   }
 
-  // Gives the waiting header a buffer of the first receive that still has a free one.
-  private match(): void {
-    const f = this.waiting;
-    const recv = f && this.posted.find((r) => !fullyAssigned(r));
-    if (!f || !recv) return; // the next irecv resumes matching
-    this.waiting = undefined;
-    const m = assign(recv, f.tag, f.size);
-    if (!m.ok) {
-      this.sendFrame(FrameType.NACK, f.seq, recv.bufs[m.index].size);
-      this.failRecv(recv, invalidUsage(`${this.name}: ${m.reason}`));
-    }
-    const arrival: Arrival = { recv, seq: f.seq, left: f.size };
-    const dest = recv.failed ? null : recv.bufs[m.index].view.subarray(0, f.size);
-    if (f.size === 0) {
-      this.arrived(arrival);
-      this.readFrame();
-    } else if (f.flags & FLAG_EAGER) {
-      // Inline payload: read it before the next header.
-      this.readInto(this.link.control, { view: dest, left: f.size, arrival }, () => this.readFrame());
-    } else {
-      const parts = stripes(f.size, this.nextLane, this.policy);
-      this.nextLane = (this.nextLane + parts.length) % this.policy.lanes;
-      for (const s of parts) {
-        this.laneQueues[s.lane].push({ view: dest && dest.subarray(s.offset, s.offset + s.length), left: s.length, arrival });
-        this.pumpLane(s.lane);
+  cancelRegion(region: Region): number {
+    let n = 0;
+    for (const r of this.recvs) {
+      if (!r.active || !r.regions.slice(0, r.n).includes(region)) continue;
+      // Reads already handed to the transport drop the rest of their bytes before NCCL has the
+      // receive back: those into the region, and those into the receive's other buffers.
+      if (n++ === 0) this.link.cancel(region.base, region.size);
+      for (let i = 0; i < r.n; i++) {
+        const other = r.regions[i];
+        if (other && other !== region && r.entries[i].size > 0) this.link.cancel(other.base + r.offsets[i], r.entries[i].size);
       }
-      this.readFrame();
+      this.matcher.removeRecv(r);
+      for (const m of this.msgs) if (m.live && m.recv === r && m.recvGen === r.gen) m.dest = 0;
+      r.active = false;
+      this.active--;
+      this.complete(r.slot, ResultCode.INVALID_USAGE, r.got, r.n);
     }
+    return n;
   }
 
-  private pumpLane(i: number): void {
-    const e = this.laneQueues[i][0];
-    if (this.laneBusy[i] || !e) return;
-    this.laneBusy[i] = true;
-    this.readInto(this.link.data[i], e, () => {
-      this.laneBusy[i] = false;
-      this.laneQueues[i].shift();
-      this.pumpLane(i);
-    });
+  private allocMsg(): Msg {
+    let m = this.freeMsgs.pop();
+    if (!m) {
+      // Ids stay below 0xffff: a token (id | gen << 16) is never the engine's CQE_RX (0xffffffff).
+      if (this.msgs.length >= 0xffff) throw new Error('more than 65535 messages in flight on one link');
+      m = { id: this.msgs.length, gen: 0, seq: 0, tag: 0, size: 0, eager: false, at: 0, frameAt: 0, arrived: 0, recv: null, recvGen: 0, dest: 0, matched: false, copied: false, stripes: 0, live: false };
+      this.msgs.push(m);
+    }
+    m.gen = (m.gen + 1) & 0xffff;
+    m.live = true;
+    m.matched = false;
+    m.copied = false;
+    m.recv = null;
+    m.dest = 0;
+    return m;
   }
 
-  // Reads e's bytes from lane (in scratch-sized pieces when they are dropped), then next().
-  private readInto(lane: Lane, e: Expect, next: () => void): void {
-    const piece = e.view ?? (this.scratch ??= new Uint8Array(SCRATCH_BYTES)).subarray(0, Math.min(e.left, SCRATCH_BYTES));
-    lane.read(piece, (err) => {
-      if (this.failed) return;
-      if (err) return this.lost(err);
-      this.liveness.heardNow();
-      e.left -= piece.length;
-      e.arrival.left -= piece.length;
-      if (e.arrival.left === 0) this.arrived(e.arrival);
-      if (e.left > 0) this.readInto(lane, e, next);
-      else next();
-    });
-  }
-
-  private arrived(a: Arrival): void {
-    this.queueAck(a.seq);
-    const r = a.recv;
-    if (++r.arrived < r.bufs.length) return;
-    this.posted.splice(this.posted.indexOf(r), 1);
-    this.complete(r.slot, r.failed ? r.code : ResultCode.SUCCESS, r.sizes);
-  }
-
-  private failRecv(r: PostedRecv<RecvBuf>, err: NetError): void {
-    if (r.failed) return;
-    r.failed = true;
-    r.code = err.code;
-    log.warn(err.message);
-    // Bytes not yet on their way into its buffers are dropped; the receive is reported once
-    // every message it took has been consumed, so nothing lands after NCCL got it back.
-    for (let i = 0; i < this.laneQueues.length; i++)
-      for (const e of this.laneQueues[i]) if (e.arrival.recv === r && !(this.laneBusy[i] && e === this.laneQueues[i][0])) e.view = null;
-  }
-
-  // A send completes once its bytes have fully arrived: the ACK says every message up to
-  // ackSeq has. Messages arrive out of order over the data lanes, so later ones wait here.
-  private queueAck(seq: number): void {
-    this.arrivedAhead.add(seq);
-    const before = this.ackSeq;
-    while (this.arrivedAhead.delete(this.ackSeq + 1)) this.ackSeq++;
-    if (this.ackSeq === before || this.ackQueued) return;
-    this.ackQueued = true;
-    queueMicrotask(() => {
-      this.ackQueued = false;
-      if (!this.failed) this.sendFrame(FrameType.ACK, this.ackSeq, 0);
-    });
+  private freeMsg(m: Msg): void {
+    m.live = false;
+    m.recv = null;
+    this.freeMsgs.push(m);
   }
 }

@@ -1,102 +1,154 @@
 // The send side of a link. isend writes a MSG frame on the control lane, with the payload
-// inline when it is small, else cut into stripes over the data lanes. A request completes
-// when every byte has left its memory and has fully arrived at the receiver (ACK), so a
-// send that does not fit its receive fails on both sides (NACK).
+// inline when it is eager, else cut into stripes over the data lanes (policies/). A send
+// completes when every byte has been handed to the transport, as NCCL's Socket transport does:
+// no round trip. A send larger than its receive is reported by the receiver (NACK): the send
+// it names fails if still pending, else the next isend on this comm does.
 import { ResultCode } from '../abi';
 import { type NetError, invalidUsage } from '../errors';
 import { log } from '../log';
-import { Endpoint } from './endpoint';
-import { FLAG_EAGER, type Frame, FrameType, encodeFrame } from './frames';
-import { isEager, stripes } from './schedule';
+import type { Region } from '../memory';
+import { type Complete, Endpoint, ZEROS, laneError } from './endpoint';
+import { FLAG_EAGER, type Frame, FrameType } from './frames';
+import { NO_OP, type StreamLink } from './link';
+import { stripeCount } from './policies';
 
-export type { Complete } from './endpoint';
+/**
+ * Generations run 1..GEN_MAX, so a token (slot | gen << 8) stays below 2^31: never NO_OP and
+ * never the engine's CQE_RX (0xffffffff, the op of a receive-ring notification).
+ */
+const GEN_MAX = 0x7fffff;
 
 interface SendOp {
-  slot: number;
+  gen: number;
+  active: boolean;
+  writes: number; // writes not yet done
   seq: number;
   size: number;
   tag: number;
-  writes: number; // writes not yet done
-  acked: boolean;
   code: ResultCode;
+  region: Region | null;
 }
 
 export class Sender extends Endpoint {
   protected readonly kind = 'send';
   protected readonly peer = 'receiver';
   private seq = 0;
-  private nextLane = 0;
-  private readonly ops: SendOp[] = []; // in sequence order
+  private counter = 0; // stripes sent so far: the lane policy's counter
+  private active = 0;
+  private readonly ops: SendOp[];
+  private readonly sizeOut = [0];
+  /** A NACK for a send that had already completed: the next isend reports it. */
+  private nacked: NetError | undefined;
 
-  constructor(...args: ConstructorParameters<typeof Endpoint>) {
-    super(...args);
-    this.readFrame();
-  }
-
-  isend(slot: number, view: Uint8Array, tag: number): void {
-    if (this.failed) {
-      this.complete(slot, this.failed.code, [0]);
-      return;
-    }
-    const size = view.length;
-    const op: SendOp = { slot, seq: this.seq++, size, tag, writes: 0, acked: false, code: ResultCode.SUCCESS };
-    this.ops.push(op);
-    const eager = isEager(size, this.policy);
-    const header = encodeFrame({ type: FrameType.MSG, flags: eager ? FLAG_EAGER : 0, tag, seq: op.seq, size });
-    const wrote = (err?: Error) => {
-      if (err) return this.lost(err);
-      op.writes--;
-      this.settle();
-    };
-    op.writes++;
-    this.liveness.wroteNow();
-    this.link.control.write(eager && size > 0 ? [header, view] : [header], wrote);
-    if (!eager) {
-      const parts = stripes(size, this.nextLane, this.policy);
-      this.nextLane = (this.nextLane + parts.length) % this.policy.lanes;
-      for (const s of parts) {
-        op.writes++;
-        this.link.data[s.lane].write([view.subarray(s.offset, s.offset + s.length)], wrote);
-      }
-    }
+  constructor(link: StreamLink, complete: Complete, name: string, slots: number) {
+    super(link, complete, name);
+    this.ops = Array.from({ length: slots }, () => ({ gen: 0, active: false, writes: 0, seq: 0, size: 0, tag: 0, code: ResultCode.SUCCESS, region: null }));
   }
 
   get pending(): number {
-    return this.ops.length;
+    return this.active;
+  }
+
+  isend(slot: number, region: Region | null, offset: number, size: number, tag: number): void {
+    if (this.failed) return this.refuse(slot, 1);
+    const op = this.ops[slot];
+    op.gen = op.gen >= GEN_MAX ? 1 : op.gen + 1;
+    op.active = true;
+    op.seq = this.seq;
+    op.size = size;
+    op.tag = tag;
+    op.region = region;
+    op.code = ResultCode.SUCCESS;
+    if (this.nacked) {
+      // The message still goes (the receiver counts on it); its request carries the error.
+      op.code = this.nacked.code;
+      this.nacked = undefined;
+    }
+    const token = (slot | (op.gen << 8)) >>> 0;
+    const addr = region ? region.base + offset : 0;
+    const p = this.link.policy;
+    if (p.eager.eager(size, p.eagerMax, p.lanes)) {
+      op.writes = 1;
+      this.link.frame(FrameType.MSG, FLAG_EAGER, tag, this.seq, size, addr, size, token);
+    } else {
+      this.link.frame(FrameType.MSG, 0, tag, this.seq, size, 0, 0, NO_OP);
+      const len = p.stripes.length(size, p.minStripe, p.lanes);
+      const n = stripeCount(size, len);
+      let lane = p.laneChoice.first(this.counter, tag, p.lanes);
+      op.writes = n;
+      for (let k = 0, off = 0; k < n; k++, off += len) {
+        this.link.write(lane, addr + off, Math.min(len, size - off), token);
+        if (++lane === p.lanes) lane = 0;
+      }
+      this.counter += n;
+      if (n === 0) this.done(slot, op);
+    }
+    this.seq++;
+    this.active++;
+    this.stats.messages++;
+    this.stats.bytes += size;
+  }
+
+  onOp(token: number, status: number, time: number, io: number): void {
+    const slot = token & 0xff;
+    const op = this.ops[slot];
+    if (!op || !op.active || op.gen !== token >>> 8 || this.failed) return;
+    if (status !== 0) return this.fail(laneError(this.name, status));
+    if (this.trace) this.trace.step(slot, 'written', time, io);
+    if (--op.writes === 0) this.done(slot, op);
+  }
+
+  private done(slot: number, op: SendOp): void {
+    op.active = false;
+    op.region = null;
+    this.active--;
+    this.sizeOut[0] = op.size;
+    this.complete(slot, op.code, this.sizeOut, 1);
+  }
+
+  protected onFrame(f: Frame): void {
+    if (f.type !== FrameType.NACK) return this.unexpected(f);
+    const op = this.ops.find((o) => o.seq === f.seq && o.gen > 0);
+    const what = op ? `the ${op.size}-byte send (tag ${op.tag}, message ${f.seq})` : `message ${f.seq}`;
+    const e = invalidUsage(`${this.name}: ${what} does not fit the ${f.size}-byte receive it matched`);
+    if (op?.active) {
+      log.warn(e.message);
+      op.code = e.code;
+    } else {
+      log.warn(`${e.message}; it had completed: the next send on this comm fails`);
+      this.nacked = e;
+    }
   }
 
   protected failPending(err: NetError): void {
-    for (const op of this.ops.splice(0)) this.complete(op.slot, err.code, [0]);
+    for (let slot = 0; slot < this.ops.length; slot++) {
+      const op = this.ops[slot];
+      if (!op.active) continue;
+      op.active = false;
+      op.region = null;
+      this.complete(slot, err.code, ZEROS, 1);
+    }
+    this.active = 0;
   }
 
-  protected dropPending(): void {
-    this.ops.length = 0;
+  protected cancelPending(err: NetError): number {
+    const n = this.active;
+    this.failPending(err);
+    return n;
   }
 
-  // Completes, in any order, the operations whose bytes are gone and which the peer matched.
-  private settle(): void {
-    for (let i = 0; i < this.ops.length; ) {
-      const op = this.ops[i];
-      if (op.writes === 0 && op.acked) {
-        this.ops.splice(i, 1);
-        this.complete(op.slot, op.code, [op.size]);
-      } else i++;
-    }
-  }
-
-  protected onFrame(f: Frame): boolean {
-    if (f.type === FrameType.ACK) {
-      for (const op of this.ops) if (op.seq <= f.seq) op.acked = true;
-      this.settle();
-      return true;
-    }
-    if (f.type !== FrameType.NACK) return this.unexpected(f);
-    const op = this.ops.find((o) => o.seq === f.seq);
-    if (op) {
-      const e = invalidUsage(`${this.name}: isend of ${op.size} bytes (tag ${op.tag}) does not fit the ${f.size}-byte receive posted for it`);
-      log.warn(e.message);
-      op.code = e.code;
-    }
-    return true;
+  cancelRegion(region: Region): number {
+    let n = 0;
+    for (const op of this.ops) if (op.active && op.region === region) n++;
+    if (n === 0) return 0;
+    // Bytes already promised to the receiver cannot be taken back: the link ends (the peer's
+    // receives fail), and every send in flight with it.
+    log.info(`${this.name}: memory of ${n} send(s) in flight was deregistered; closing the link`);
+    const err = invalidUsage(`${this.name}: the send's memory was deregistered while in flight`);
+    const all = this.active;
+    this.failed = err;
+    this.link.close(false);
+    this.failPending(err);
+    return all;
   }
 }

@@ -1,8 +1,10 @@
 // A transport: its devices, what its devices can do (one description, so properties are
 // values, not code paths), and how links are made.
 import { PtrKind } from '../abi';
-import type { SchedulePolicy } from '../protocol/schedule';
-import type { Link } from './lane';
+import type { NetError } from '../errors';
+import type { Region } from '../memory';
+import type { CommStats, Complete, RequestTrace } from '../protocol/endpoint';
+import type { RecvArgs } from '../protocol/receiver';
 
 /** A network device as NCCL sees it. */
 export interface Device {
@@ -10,6 +12,8 @@ export interface Device {
   name: string;
   /** realpath of the NIC's PCI device in /sys, or null for a virtual NIC. */
   pciPath: string | null;
+  /** Distinct per NIC, the same in every process of a host (plugin/transports/guid.ts). */
+  guid: bigint;
   /** Link speed in Mbps. */
   speedMbps: number;
   /** Physical NICs behind this device (rails); one for a plain device. */
@@ -51,17 +55,52 @@ export const HOST_MEMORY_TRAITS: Traits = {
   maxCollBytes: 1 << 30,
 };
 
+/** What the plugin gives a transport to make a comm with. */
+export interface CommHooks {
+  /** Ends a request of the comm (plugin.ts writes its slot state). */
+  complete: Complete;
+  /** For log lines: "comm 7". */
+  name: string;
+  /** Request slots of the comm (the native core's pool). */
+  slots: number;
+}
+
+/** What every comm does, either side. */
+export interface CommBase {
+  readonly pending: number;
+  readonly stats: CommStats;
+  trace: RequestTrace | undefined;
+  /** Starts taking the transport's events (after the plugin has registered the comm). */
+  start(): void;
+  /** Periodic: liveness. */
+  tick(now: number, timeoutMs: number): void;
+  /** Closes it; requests in flight are cancelled and their memory never touched again. */
+  close(): void;
+  fail(err: NetError): void;
+  /** Requests using region end with an error now and never touch it again; returns how many. */
+  cancelRegion(region: Region): number;
+}
+
+export interface SendComm extends CommBase {
+  isend(slot: number, region: Region | null, offset: number, size: number, tag: number): void;
+}
+
+export interface RecvComm extends CommBase {
+  irecv(slot: number, args: RecvArgs): void;
+  iflush(slot: number, args: RecvArgs): void;
+}
+
 export interface Listener {
   /** The bytes NCCL carries to the peer (at most 128). */
   readonly handle: Uint8Array;
-  /** A link a peer connected, or undefined while none is ready. Throws on failure. */
-  accept(): Link | undefined;
+  /** A comm a peer connected, or undefined while none is ready. Throws on failure. */
+  accept(hooks: CommHooks): RecvComm | undefined;
   close(): void;
 }
 
 export interface Connector {
-  /** The link once it is up, or undefined while not yet. Throws (NetError) on failure. */
-  poll(): Link | undefined;
+  /** The comm once it is up, or undefined while not yet. Throws (NetError) on failure. */
+  poll(hooks: CommHooks): SendComm | undefined;
   close(): void;
 }
 
@@ -71,6 +110,13 @@ export interface Transport {
   readonly devices: readonly Device[];
   listen(dev: number): Listener;
   connect(dev: number, handle: Uint8Array): Connector;
-  /** The schedule both ends of a new link use. */
-  readonly policy: SchedulePolicy;
+  /** Hands completions that wait to their comms (a protocol thread's turn). */
+  poll(): void;
+  /** Publishes the turn's submissions. */
+  flush(): void;
+  /** Registers a region with the device's NICs (transports whose peers address memory: libfabric). */
+  register?(region: Region, dev: number): void;
+  deregister?(region: Region, dev: number): void;
+  /** Periodic, per thread: liveness of comms the transport ticks itself. */
+  tick?(now: number, timeoutMs: number): void;
 }

@@ -1,24 +1,41 @@
 // Two Plugin instances in one Node process talking through the TCP transport over real
-// loopback sockets: the handshake as NCCL drives it (listen, connect/accept retried until a
-// comm), the data path through mailbox records, eager and striped messages, grouped
-// receives, strangers on the listener's port, bad handles, and peers that close or vanish
-// mid-transfer.
+// loopback sockets and the real native engine (build/tsnet_engine.node): the handshake as NCCL
+// drives it (listen, connect/accept retried until a comm, then attach), the data path through
+// mailbox records and slot states, eager and striped messages, grouped receives and the tag
+// push-back rule, strangers on the listener's port, bad handles, peers that close or vanish
+// mid-transfer, deregMr and close with requests in flight, and a leak check over many cycles.
+// This test plays the native core: it writes the mailbox, marks slots POSTED, calls turn() and
+// reads the slot states the plugin writes, as test() does.
 import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
 import * as os from 'node:os';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { LogLevel, ResultCode } from '../../plugin/abi';
+import type { NativeLink } from '../../plugin/engine/native-link';
+import type { Port } from '../../plugin/engine/port';
+import { POST, SLOT, SlotState } from '../../plugin/engine/records';
 import { Op } from '../../plugin/native';
-import { Plugin } from '../../plugin/plugin';
+import { Plugin, type PluginHost } from '../../plugin/plugin';
+import { TcpTransport } from '../../plugin/transports/tcp';
 import { HELLO_BYTES, Role, decodeHandle, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
-import { KiB, MiB, captureLog, fill } from '../unit/helpers';
+import { type EngineAddon, KiB, MiB, captureLog, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
 
 const log = captureLog();
-const STRIDE = 4 + 4 * 8;
-const HEAD = 4;
+const MAX_BUFS = 8;
+const STRIDE = POST.head + POST.buf * MAX_BUFS;
+const MAILBOX = 64;
+const SLOTS = 256;
 const IFACE = 'lo';
 const BASE = { TSNET_TRANSPORT: 'tcp', NCCL_SOCKET_IFNAME: IFACE };
+
+let A: EngineAddon;
+let port: Port;
+beforeAll(() => {
+  if (missing) return;
+  A = engine(2, 2000);
+  port = portOf(0);
+});
 
 type Env = Record<string, string>;
 type BufSpec = [mr: number, offset: number, size: number, tag: number];
@@ -36,32 +53,12 @@ interface Done {
   at: number;
 }
 
-const turn = () => new Promise<void>((r) => setImmediate(r));
-const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
-
-/** Awaits event-loop turns until cond() holds; fails naming what after ms. */
-async function until(cond: () => boolean, ms: number, what: string): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
-    await turn();
-  }
-}
-
-function mailbox(recs: Rec[]): Float64Array {
-  const m = new Float64Array((recs.length + 1) * STRIDE).fill(-7); // stale garbage around the records
-  recs.forEach((r, k) => {
-    const at = k * STRIDE;
-    m.set([r.op, r.comm, r.slot, r.bufs.length], at);
-    r.bufs.forEach((b, i) => m.set(b, at + HEAD + 4 * i));
-  });
-  return m;
-}
-
 const warnings = () => log.filter((l) => l.level === LogLevel.WARN).map((l) => l.msg);
+const infos = () => log.filter((l) => l.level === LogLevel.INFO).map((l) => l.msg);
 
-// Everything a test opens, closed after it.
+// Everything a test opens, closed after it; every plugin of a test is turned while it waits.
 const cleanups: (() => void)[] = [];
+const sides: { pump(): void }[] = [];
 afterEach(() => {
   for (const c of cleanups.splice(0).reverse()) {
     try {
@@ -70,25 +67,106 @@ afterEach(() => {
       // already gone
     }
   }
+  sides.length = 0;
 });
 
+/** Turns every plugin of the test (their rings polled, their slot states read) until cond() holds. */
+async function until(cond: () => boolean, ms: number, what: string): Promise<void> {
+  const end = Date.now() + ms;
+  for (;;) {
+    for (const s of sides) s.pump();
+    if (cond()) return;
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await turn();
+  }
+}
+
+/** Turns everything for ms. */
+const idle = (ms: number) => until(() => false, ms, '').catch(() => {});
+
+/** A Plugin with a host that stands in for the native core and the binding. */
 function side(env: Env) {
+  const mailbox = new Float64Array(MAILBOX * STRIDE);
+  const host: PluginHost = {
+    thread: 0,
+    mailbox,
+    recordStride: STRIDE,
+    slotsPerComm: SLOTS,
+    startThreads: () => {},
+    setSpin: () => {},
+    makeTransport: (config) => new TcpTransport(config, { binding: A, port }),
+    threadCpu: () => 0,
+    busy: () => 0,
+    ioCpu: () => [],
+    traceOpen: () => false,
+    traceWrite: () => {},
+    now: () => performance.now() * 1000,
+  };
+  const plugin = new Plugin(host, env);
   const done: Done[] = [];
-  const plugin = new Plugin((comm, slot, result, sizes) => done.push({ comm, slot, result, sizes: [...sizes], at: Date.now() }), undefined, env);
+  const status = new Map<number, Int32Array>();
+  const nbufs = new Map<string, number>();
   const call = (op: string, args: Record<string, unknown> = {}) => plugin.control(op, args);
   const a = call('init', { commId: 1n, trafficClass: -1, legacy: false });
   expect(a.result ?? 0).toBe(0);
   const ctx = a.ctx as number;
   cleanups.push(() => call('finalize', { ctx }));
-  const post = (...recs: Rec[]) => plugin.data(mailbox(recs), recs.length, STRIDE, HEAD);
+  /** The slot states of a new comm, as the core hands them over right after connect/accept. */
+  const attach = (comm: number) => {
+    const st = new Int32Array(SLOTS * SLOT.ints);
+    status.set(comm, st);
+    expect(call('attach', { comm, status: st.buffer })).toEqual({});
+  };
+  /** Ended requests: their slots go back to FREE, as after test() reported them. */
+  const harvest = () => {
+    for (const [comm, st] of status)
+      for (let slot = 0; slot < SLOTS; slot++) {
+        const b = slot * SLOT.ints;
+        const s = Atomics.load(st, b + SLOT.state);
+        if (s !== SlotState.DONE && s !== SlotState.FAILED) continue;
+        const n = nbufs.get(`${comm}/${slot}`) ?? 1;
+        done.push({ comm, slot, result: s === SlotState.DONE ? 0 : st[b + SLOT.result], sizes: Array.from(st.subarray(b + SLOT.sizes, b + SLOT.sizes + n)), at: Date.now() });
+        Atomics.store(st, b + SLOT.state, SlotState.FREE);
+      }
+  };
+  const post = (...recs: Rec[]) => {
+    for (let at = 0; at < recs.length; at += MAILBOX) {
+      const chunk = recs.slice(at, at + MAILBOX);
+      mailbox.fill(-7); // stale garbage around the records
+      chunk.forEach((r, k) => {
+        const st = status.get(r.comm);
+        if (st) Atomics.store(st, r.slot * SLOT.ints + SLOT.state, SlotState.POSTED);
+        nbufs.set(`${r.comm}/${r.slot}`, Math.max(r.bufs.length, 1));
+        const b = k * STRIDE;
+        mailbox.set([r.op, r.comm, r.slot, r.bufs.length, 0, 0], b);
+        r.bufs.forEach((x, i) => mailbox.set(x, b + POST.head + POST.buf * i));
+      });
+      plugin.turn(chunk.length);
+    }
+    harvest();
+  };
+  const pump = () => {
+    plugin.turn(0);
+    harvest();
+  };
   const reg = (comm: number, bytes: number) => {
-    const buffer = new ArrayBuffer(bytes);
-    const r = call('regMr', { comm, type: 1, buffer });
+    const buffer = new ArrayBuffer(Math.max(bytes, 1));
+    const base = A.addressOf(buffer);
+    const r = call('regMr', { comm, type: 1, buffer, base, size: bytes });
     expect(r.result ?? 0).toBe(0);
-    return { mr: r.mr as number, bytes: new Uint8Array(buffer) };
+    return { mr: r.mr as number, bytes: new Uint8Array(buffer, 0, bytes), base };
+  };
+  /** Closes a comm (closeSend/closeRecv); returns the requests the close itself ended. */
+  const close = (comm: number) => {
+    const before = done.length;
+    expect(call('close', { comm })).toEqual({});
+    harvest();
+    return done.slice(before);
   };
   const of = (comm: number, slot: number) => done.find((d) => d.comm === comm && d.slot === slot);
-  return { plugin, done, call, post, reg, ctx, of };
+  const s = { plugin, done, call, post, reg, ctx, of, attach, pump, harvest, close };
+  sides.push(s);
+  return s;
 }
 type Side = ReturnType<typeof side>;
 
@@ -107,7 +185,7 @@ function listen(a: Side) {
   return { listen: l.listen as number, handle: padded(handle) };
 }
 
-/** connect on b and accept on a, retried the way NCCL does until both give a comm. */
+/** connect on b and accept on a, retried the way NCCL does until both give a comm; then attach. */
 async function handshake(a: Side, b: Side, listenId: number, handle: Uint8Array, ms = 5000) {
   let send = 0;
   let recv = 0;
@@ -117,11 +195,13 @@ async function handshake(a: Side, b: Side, listenId: number, handle: Uint8Array,
       const c = b.call('connect', { ctx: b.ctx, dev: 0, handle });
       expect(c.result ?? 0).toBe(0);
       send = c.comm as number;
+      if (send) b.attach(send);
     }
     if (!recv) {
       const r = a.call('accept', { listen: listenId });
       expect(r.result ?? 0).toBe(0);
       recv = r.comm as number;
+      if (recv) a.attach(recv);
     }
     if (Date.now() > end) throw new Error(`no comm after ${ms} ms (send ${send}, recv ${recv})`);
     await turn();
@@ -139,22 +219,24 @@ async function connected(env: Env = {}) {
 }
 type Conn = Awaited<ReturnType<typeof connected>>;
 
-const bytesEqual = (x: Uint8Array, y: Uint8Array) => Buffer.from(x.buffer, x.byteOffset, x.length).equals(Buffer.from(y.buffer, y.byteOffset, y.length));
 const GUARD = 64;
+const allBytes = (v: Uint8Array, x: number) => v.every((b) => b === x);
 
 /** Sends each size once (all in flight together), one receive per message, and checks every byte and the guards. */
-async function transfer(c: Conn, sizes: number[], opts: { sendsFirst?: boolean; seed?: number; ms?: number } = {}) {
+async function transfer(c: Conn, sizes: number[], opts: { sendsFirst?: boolean; seed?: number; ms?: number; tag?: number } = {}) {
   const seed = opts.seed ?? 1;
-  const base = 1000 + seed * 100;
+  const tag = opts.tag ?? 7;
+  const base = (seed * 37) % 128;
   const msgs = sizes.map((size, i) => {
-    const s = c.b.reg(c.send, Math.max(size, 1) + 8);
+    const s = c.b.reg(c.send, size + 8);
     fill(s.bytes.subarray(8, 8 + size), seed * 1000 + i);
     const r = c.a.reg(c.recv, size + 2 * GUARD);
     r.bytes.fill(0xee);
-    return { size, s, r, slot: base + i };
+    return { size, s, r, slot: (base + i) % SLOTS };
   });
-  const sends: Rec[] = msgs.map((m) => ({ op: Op.SEND, comm: c.send, slot: m.slot, bufs: [[m.s.mr, 8, m.size, 7]] }));
-  const recvs: Rec[] = msgs.map((m) => ({ op: Op.RECV, comm: c.recv, slot: m.slot, bufs: [[m.r.mr, GUARD, m.size, 7]] }));
+  const sends: Rec[] = msgs.map((m) => ({ op: Op.SEND, comm: c.send, slot: m.slot, bufs: [[m.s.mr, 8, m.size, tag]] }));
+  const recvs: Rec[] = msgs.map((m) => ({ op: Op.RECV, comm: c.recv, slot: m.slot, bufs: [[m.r.mr, GUARD, m.size, tag]] }));
+  const before = { a: c.a.done.length, b: c.b.done.length };
   if (opts.sendsFirst) {
     c.b.post(...sends);
     await turn();
@@ -163,17 +245,18 @@ async function transfer(c: Conn, sizes: number[], opts: { sendsFirst?: boolean; 
     c.a.post(...recvs);
     c.b.post(...sends);
   }
+  const mine = (s: Side, comm: number, slot: number) => s.done.slice(s === c.a ? before.a : before.b).find((d) => d.comm === comm && d.slot === slot);
   await until(
-    () => msgs.every((m) => c.a.of(c.recv, m.slot) && c.b.of(c.send, m.slot)),
-    opts.ms ?? 10_000,
+    () => msgs.every((m) => mine(c.a, c.recv, m.slot) && mine(c.b, c.send, m.slot)),
+    opts.ms ?? 20_000,
     `${msgs.length} transfer(s) of ${sizes.join(', ')} bytes`,
   );
   for (const m of msgs) {
-    expect(c.b.of(c.send, m.slot), `send of ${m.size}`).toMatchObject({ result: 0, sizes: [m.size] });
-    expect(c.a.of(c.recv, m.slot), `recv of ${m.size}`).toMatchObject({ result: 0, sizes: [m.size] });
-    expect(bytesEqual(m.r.bytes.subarray(GUARD, GUARD + m.size), m.s.bytes.subarray(8, 8 + m.size)), `bytes of ${m.size}`).toBe(true);
-    expect(m.r.bytes.subarray(0, GUARD).every((x) => x === 0xee), `guard before ${m.size}`).toBe(true);
-    expect(m.r.bytes.subarray(GUARD + m.size).every((x) => x === 0xee), `guard after ${m.size}`).toBe(true);
+    expect(mine(c.b, c.send, m.slot), `send of ${m.size}`).toMatchObject({ result: 0, sizes: [m.size] });
+    expect(mine(c.a, c.recv, m.slot), `recv of ${m.size}`).toMatchObject({ result: 0, sizes: [m.size] });
+    expect(firstDiff(m.r.bytes.subarray(GUARD, GUARD + m.size), m.s.bytes.subarray(8, 8 + m.size)), `bytes of ${m.size}`).toBe(-1);
+    expect(allBytes(m.r.bytes.subarray(0, GUARD), 0xee), `guard before ${m.size}`).toBe(true);
+    expect(allBytes(m.r.bytes.subarray(GUARD + m.size), 0xee), `guard after ${m.size}`).toBe(true);
   }
   for (const m of msgs) {
     expect(c.a.call('deregMr', { mr: m.r.mr })).toEqual({});
@@ -181,7 +264,19 @@ async function transfer(c: Conn, sizes: number[], opts: { sendsFirst?: boolean; 
   }
 }
 
-describe('tcp: connections', () => {
+/** The NativeLink of a comm (grey-box: the plugin's comm table, the endpoint's link). */
+function linkOf(s: Side, comm: number): NativeLink {
+  const comms = (s.plugin as unknown as { comms: Map<number, { endpoint: { link: NativeLink } }> }).comms;
+  return comms.get(comm)!.endpoint.link;
+}
+function lanesOf(s: Side, comm: number): number[] {
+  const l = linkOf(s, comm) as unknown as { ctl: { lane: number }; data: { lane: number }[] };
+  return [l.ctl, ...l.data].map((x) => x.lane);
+}
+/** Links the port still routes completions to. */
+const portLinks = () => (port as unknown as { links: unknown[] }).links.filter((h) => h !== undefined).length;
+
+describe.skipIf(!!missing)('tcp: connections', () => {
   it('one device on the chosen interface; the handle names its address, a port and a nonce', () => {
     const a = side(BASE);
     expect(a.call('devices')).toEqual({ ndev: 1 });
@@ -216,22 +311,20 @@ describe('tcp: connections', () => {
     expect(warnings()).toEqual([]);
   });
 
-  // Grey-box: Node keeps setNoDelay's state under the symbol kSetNoDelay; the sockets are
-  // reached through the plugin's private comm table (comm -> engine -> link -> lanes -> sock).
-  it('TCP_NODELAY is set on every socket of both ends (control and data)', async () => {
+  it('TSNET_NSOCKS=0 is refused: init fails naming the variable', () => {
+    const p = new Plugin({ thread: 0, mailbox: new Float64Array(STRIDE), recordStride: STRIDE, slotsPerComm: SLOTS } as PluginHost, { ...BASE, TSNET_NSOCKS: '0' });
+    const r = p.control('init', { commId: 1n, trafficClass: -1, legacy: false });
+    expect(r.result).toBe(ResultCode.INVALID_ARGUMENT);
+    expect(warnings().join('\n')).toMatch(/TSNET_NSOCKS=0: expected 1 to 64/);
+  });
+
+  it('every socket of both ends is handed to the engine with TCP_NODELAY (control and data lanes)', async () => {
     const c = await connected({ TSNET_NSOCKS: '3' });
-    const socketsOf = (p: Plugin, comm: number): net.Socket[] => {
-      const link = (p as unknown as { comms: Map<number, { engine: { link: { control: { sock: net.Socket }; data: { sock: net.Socket }[] } } }> }).comms.get(comm)!.engine.link;
-      return [link.control, ...link.data].map((l) => l.sock);
-    };
-    const socks = [...socketsOf(c.a.plugin, c.recv), ...socketsOf(c.b.plugin, c.send)];
-    expect(socks).toHaveLength(8);
-    for (const sock of socks) {
-      expect(sock).toBeInstanceOf(net.Socket);
-      const k = Object.getOwnPropertySymbols(sock).find((x) => x.description === 'kSetNoDelay');
-      expect(k, 'Node keeps the no-delay state under kSetNoDelay').toBeDefined();
-      expect((sock as unknown as Record<symbol, unknown>)[k!]).toBe(true);
-    }
+    const lanes = [...lanesOf(c.a, c.recv), ...lanesOf(c.b, c.send)];
+    expect(lanes).toHaveLength(8);
+    expect(new Set(lanes).size).toBe(8);
+    for (const lane of lanes) expect(A.noDelay(lane), `lane ${lane}`).toBe(1);
+    expect(linkOf(c.a, c.recv).lanes).toBe(3);
   });
 
   it('several comms through one listener, each its own stream', async () => {
@@ -263,7 +356,7 @@ describe('tcp: connections', () => {
 
 const eth0v4 = (os.networkInterfaces().eth0 ?? []).find((a) => a.family === 'IPv4')?.address;
 
-describe('tcp: a device of two NICs (TSNET_DEVICE_GROUPS)', () => {
+describe.skipIf(!!missing)('tcp: a device of two NICs (TSNET_DEVICE_GROUPS)', () => {
   it.skipIf(!eth0v4)('lo+eth0: the handle names both rails, data sockets spread over both, bytes arrive intact', async () => {
     const env = { NCCL_SOCKET_IFNAME: '=lo,eth0', TSNET_DEVICE_GROUPS: 'lo+eth0', TSNET_NSOCKS: '4', TSNET_MIN_STRIPE: '4096' };
     const c = await connected(env);
@@ -284,10 +377,10 @@ describe('tcp: a device of two NICs (TSNET_DEVICE_GROUPS)', () => {
   });
 });
 
-describe('tcp: data', () => {
+describe.skipIf(!!missing)('tcp: data', () => {
   it('sizes from 0 B to 64 MiB arrive intact, one at a time', async () => {
     const c = await connected();
-    const sizes = [0, 1, 7, 4095, 4096, 16 * KiB - 1, 16 * KiB, 16 * KiB + 1, 64 * KiB, 128 * KiB + 5, 1 * MiB + 3, 8 * MiB, 64 * MiB];
+    const sizes = [0, 1, 7, 4095, 4096, 16 * KiB - 1, 16 * KiB, 16 * KiB + 1, 64 * KiB, 64 * KiB + 1, 128 * KiB + 5, 1 * MiB + 3, 8 * MiB, 64 * MiB];
     for (const [i, size] of sizes.entries()) await transfer(c, [size], { seed: i + 1 });
   });
 
@@ -329,41 +422,129 @@ describe('tcp: data', () => {
       rtags.forEach((t, i) => {
         const size = sizeOf(round, t - 100);
         const want = s.bytes.subarray((t - 100) * room, (t - 100) * room + size);
-        expect(bytesEqual(r.bytes.subarray(i * room, i * room + size), want), `round ${round} tag ${t}`).toBe(true);
-        expect(r.bytes.subarray(i * room + size, (i + 1) * room).every((x) => x === 0xee), `round ${round} tag ${t} past its size`).toBe(true);
+        expect(firstDiff(r.bytes.subarray(i * room, i * room + size), want), `round ${round} tag ${t}`).toBe(-1);
+        expect(allBytes(r.bytes.subarray(i * room + size, (i + 1) * room), 0xee), `round ${round} tag ${t} past its size`).toBe(true);
       });
     }
   });
 
   describe.each([
-    ['0', '16384'],
-    ['1', '0'],
-    ['1', '65536'],
-    ['4', '0'],
-    ['4', '1048576'],
-  ])('TSNET_NSOCKS=%s TSNET_EAGER_MAX=%s', (nsocks, eager) => {
+    ['1', '0', {}],
+    ['1', '65536', {}],
+    ['2', '16384', { TSNET_LANE_POLICY: 'tag' }],
+    ['4', '0', { TSNET_STRIPE_POLICY: 'fixed' }],
+    ['4', '1048576', {}],
+    ['3', '4096', { TSNET_STRIPE_POLICY: 'fixed', TSNET_LANE_POLICY: 'tag' }],
+  ] as [string, string, Env][])('TSNET_NSOCKS=%s TSNET_EAGER_MAX=%s %o', (nsocks, eager, more) => {
     it('eager and striped sizes arrive intact', async () => {
-      const c = await connected({ TSNET_NSOCKS: nsocks, TSNET_EAGER_MAX: eager, TSNET_MIN_STRIPE: '4096' });
+      const c = await connected({ TSNET_NSOCKS: nsocks, TSNET_EAGER_MAX: eager, TSNET_MIN_STRIPE: '4096', ...more });
       await transfer(c, [0, 1, 4096, 5000, 64 * KiB, 64 * KiB + 1, 1 * MiB, 3 * MiB + 1], { seed: Number(nsocks) + 7 });
-      await transfer(c, Array.from({ length: 12 }, (_, i) => (i * 37 * KiB) % (700 * KiB)), { seed: 9 });
+      await transfer(c, Array.from({ length: 12 }, (_, i) => (i * 37 * KiB) % (700 * KiB)), { seed: 9, tag: 3 });
     });
   });
 
-  it('the connector\'s schedule wins: peers with different TSNET_NSOCKS / TSNET_EAGER_MAX still agree', async () => {
+  it('the connector\'s schedule wins: peers with different TSNET_NSOCKS / TSNET_EAGER_MAX / policies still agree', async () => {
     const a = side({ ...BASE, TSNET_NSOCKS: '1', TSNET_EAGER_MAX: '0' });
-    const b = side({ ...BASE, TSNET_NSOCKS: '3', TSNET_EAGER_MAX: '65536', TSNET_MIN_STRIPE: '4096' });
+    const b = side({ ...BASE, TSNET_NSOCKS: '3', TSNET_EAGER_MAX: '65536', TSNET_MIN_STRIPE: '4096', TSNET_STRIPE_POLICY: 'fixed' });
     const l = listen(a);
     const { send, recv } = await handshake(a, b, l.listen, l.handle);
     await transfer({ a, b, send, recv, ...l }, [0, 10, 60 * KiB, 70 * KiB, 2 * MiB + 5]);
+    expect(linkOf(a, recv).lanes).toBe(3);
   });
 });
 
-describe('tcp: a send larger than its receive', () => {
+/**
+ * The tag push-back rule (plugin/protocol/matching.ts; the cases of issue 11) over TCP: a message
+ * goes to the earliest posted receive with an unused entry of its tag. Each message carries its
+ * own bytes; every buffer is checked to hold the message the rule gives it.
+ */
+describe.skipIf(!!missing)('tcp: tag push-back (issue 11), eager and striped', () => {
+  interface Plan {
+    recvs: number[][]; // tags of each receive's buffers, in posting order
+    sends: number[]; // tags of the messages, in sending order
+    want: [recv: number, entry: number][]; // where message k lands
+  }
+  const range = (n: number) => Array.from({ length: n }, (_, i) => i);
+
+  async function run(c: Conn, p: Plan, size: (k: number) => number, sendsFirst: boolean, seed: number) {
+    const ROOM = Math.max(...p.sends.map((_, k) => size(k))) + 64;
+    const s = c.b.reg(c.send, p.sends.length * ROOM);
+    p.sends.forEach((_, k) => fill(s.bytes.subarray(k * ROOM, k * ROOM + size(k)), seed * 100 + k));
+    const bufsTotal = p.recvs.reduce((n, r) => n + r.length, 0);
+    const r = c.a.reg(c.recv, bufsTotal * ROOM);
+    r.bytes.fill(0xee);
+    const firstBuf = p.recvs.map((_, i) => p.recvs.slice(0, i).reduce((n, x) => n + x.length, 0));
+    const recvRecs: Rec[] = p.recvs.map((tags, i) => ({ op: Op.RECV, comm: c.recv, slot: i, bufs: tags.map((t, e) => [r.mr, (firstBuf[i] + e) * ROOM, ROOM, t] as BufSpec) }));
+    const sendRecs: Rec[] = p.sends.map((t, k) => ({ op: Op.SEND, comm: c.send, slot: k, bufs: [[s.mr, k * ROOM, size(k), t]] }));
+    // Slots are reused from run to run: only this run's completions count.
+    const since = { a: c.a.done.length, b: c.b.done.length };
+    const recvDone = (i: number) => c.a.done.slice(since.a).find((d) => d.comm === c.recv && d.slot === i);
+    const sendDone = (k: number) => c.b.done.slice(since.b).find((d) => d.comm === c.send && d.slot === k);
+    if (sendsFirst) {
+      c.b.post(...sendRecs);
+      await idle(20);
+      c.a.post(...recvRecs);
+    } else {
+      c.a.post(...recvRecs);
+      c.b.post(...sendRecs);
+    }
+    await until(() => p.recvs.every((_, i) => recvDone(i)) && p.sends.every((_, k) => sendDone(k)), 10_000, 'every receive and send');
+    for (const [k] of p.sends.entries()) expect(sendDone(k), `send ${k}`).toMatchObject({ result: 0, sizes: [size(k)] });
+    p.recvs.forEach((tags, i) => {
+      const got = recvDone(i)!;
+      expect(got.result, `receive ${i}`).toBe(0);
+      tags.forEach((_, e) => {
+        const k = p.want.findIndex(([ri, ei]) => ri === i && ei === e);
+        expect(k, `receive ${i} entry ${e} takes a message`).toBeGreaterThanOrEqual(0);
+        expect(got.sizes[e], `receive ${i} entry ${e}: the size of message ${k}`).toBe(size(k));
+        const at = (firstBuf[i] + e) * ROOM;
+        expect(firstDiff(r.bytes.subarray(at, at + size(k)), s.bytes.subarray(k * ROOM, k * ROOM + size(k))), `receive ${i} entry ${e} holds message ${k}`).toBe(-1);
+        expect(allBytes(r.bytes.subarray(at + size(k), at + ROOM), 0xee)).toBe(true);
+      });
+    });
+    expect(c.a.call('deregMr', { mr: r.mr })).toEqual({});
+    expect(c.b.call('deregMr', { mr: s.mr })).toEqual({});
+  }
+
+  const plans: [string, Plan][] = [
+    [
+      'a single receive (tag 8) before a group (tags 0..7); sends 0, 8, 1..7',
+      { recvs: [[8], range(8)], sends: [0, 8, 1, 2, 3, 4, 5, 6, 7], want: [[1, 0], [0, 0], ...range(7).map((i) => [1, i + 1] as [number, number])] },
+    ],
+    [
+      'two groups with equal tags, sends interleaved: a second tag-1 message before the first group is full goes to the next group',
+      { recvs: [[0, 1, 2, 3], [0, 1, 2, 3]], sends: [0, 1, 1, 2, 0, 3, 2, 3], want: [[0, 0], [0, 1], [1, 1], [0, 2], [1, 0], [0, 3], [1, 2], [1, 3]] },
+    ],
+    [
+      'single and grouped receives alternating',
+      {
+        recvs: [[0], [0, 1, 2, 3], [0], [0, 1, 2, 3]],
+        sends: [3, 0, 0, 1, 0, 2, 0, 1, 2, 3],
+        want: [[1, 3], [0, 0], [1, 0], [1, 1], [2, 0], [1, 2], [3, 0], [3, 1], [3, 2], [3, 3]],
+      },
+    ],
+  ];
+  const modes: [string, Env, (k: number) => number][] = [
+    ['eager', { TSNET_EAGER_MAX: '65536' }, (k) => 100 + 37 * k],
+    ['striped', { TSNET_EAGER_MAX: '0', TSNET_NSOCKS: '3', TSNET_MIN_STRIPE: '4096' }, (k) => 20 * KiB + 4099 * k],
+    ['eager and striped mixed', { TSNET_EAGER_MAX: '8192', TSNET_NSOCKS: '2', TSNET_MIN_STRIPE: '4096' }, (k) => (k % 2 ? 9000 + k : 50 + k)],
+  ];
+  for (const [mode, env, size] of modes)
+    for (const [what, plan] of plans)
+      it(`${mode}: ${what}`, async () => {
+        const c = await connected(env);
+        await run(c, plan, size, false, 1);
+        // The same once more on the same comm (slots reused), the sends before the receives.
+        await run(c, plan, size, true, 2);
+      });
+});
+
+describe.skipIf(!!missing)('tcp: a send larger than its receive', () => {
   it.each([
     ['eager', 8 * KiB],
     ['striped', 1 * MiB],
     ['much larger, striped', 9 * MiB + 3],
-  ])('%s: both sides fail with INVALID_USAGE, no byte lands past the receive', async (_kind, size) => {
+  ])('%s: the receive fails at once with INVALID_USAGE, the send or the next one fails, nothing lands past the receive, the stream stays in step', async (_kind, size) => {
     const c = await connected();
     const s = c.b.reg(c.send, size);
     fill(s.bytes, 5);
@@ -373,20 +554,33 @@ describe('tcp: a send larger than its receive', () => {
     c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, size, 3]] });
     await until(() => !!c.a.of(c.recv, 1) && !!c.b.of(c.send, 1), 5000, 'both sides to complete');
     expect(c.a.of(c.recv, 1)!.result).toBe(ResultCode.INVALID_USAGE);
-    expect(c.b.of(c.send, 1)!.result).toBe(ResultCode.INVALID_USAGE);
     // Nothing outside [4 KiB, 8 KiB) of the region was written.
-    expect(r.bytes.subarray(0, 4 * KiB).every((x) => x === 0xee)).toBe(true);
-    expect(r.bytes.subarray(8 * KiB).every((x) => x === 0xee)).toBe(true);
+    expect(allBytes(r.bytes.subarray(0, 4 * KiB), 0xee)).toBe(true);
+    expect(allBytes(r.bytes.subarray(8 * KiB), 0xee)).toBe(true);
+    // A send completes when its bytes are handed over: the receiver's word (NACK) fails it if it
+    // is still pending, else the next send on the comm. That next message still goes.
+    const first = c.b.of(c.send, 1)!.result;
+    expect([0, ResultCode.INVALID_USAGE]).toContain(first);
+    const probe = c.a.reg(c.recv, 100);
+    const ps = c.b.reg(c.send, 100);
+    fill(ps.bytes, 77);
+    await until(() => warnings().some((w) => /does not fit/.test(w) && w.includes(String(size))), 5000, 'the sender to learn of it');
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 2, bufs: [[probe.mr, 0, 100, 3]] });
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 2, bufs: [[ps.mr, 0, 100, 3]] });
+    await until(() => !!c.a.of(c.recv, 2) && !!c.b.of(c.send, 2), 5000, 'the next message');
+    expect(c.a.of(c.recv, 2)).toMatchObject({ result: 0, sizes: [100] });
+    expect(firstDiff(probe.bytes, ps.bytes)).toBe(-1);
+    expect(c.b.of(c.send, 2)!.result, 'exactly one of the two sends carries the error').toBe(first === 0 ? ResultCode.INVALID_USAGE : 0);
     const w = warnings().join('\n');
     expect(w).toContain(String(size));
     expect(w).toContain(String(4 * KiB));
-    // The stream stays in step: the next message arrives intact.
+    // The stream stays in step: the next messages arrive intact and succeed.
     await transfer(c, [100, 2 * MiB], { seed: 6 });
   });
 });
 
-describe('tcp: grouped receive with one message too large', () => {
-  it('the receive and that send fail with INVALID_USAGE, the other sends succeed, nothing lands past a buffer', async () => {
+describe.skipIf(!!missing)('tcp: grouped receive with one message too large', () => {
+  it('the receive fails with INVALID_USAGE; the error reaches the sender (that send or the next); nothing lands past a buffer', async () => {
     const c = await connected({ TSNET_MIN_STRIPE: '4096' });
     const room = 64 * KiB;
     const s = c.b.reg(c.send, 8 * 256 * KiB);
@@ -400,10 +594,18 @@ describe('tcp: grouped receive with one message too large', () => {
     c.b.post(...order.map((t) => ({ op: Op.SEND, comm: c.send, slot: t, bufs: [[s.mr, (t - 50) * 256 * KiB, sizeOf(t), t]] as BufSpec[] })));
     await until(() => !!c.a.of(c.recv, 1) && order.every((t) => c.b.of(c.send, t)), 5000, 'all to complete');
     expect(c.a.of(c.recv, 1)!.result).toBe(ResultCode.INVALID_USAGE);
-    for (const t of order) expect(c.b.of(c.send, t)!.result, `send tag ${t}`).toBe(t === 53 ? ResultCode.INVALID_USAGE : 0);
-    for (let i = 0; i < 8; i++)
-      expect(r.bytes.subarray((2 * i + 1) * room, (2 * i + 2) * room).every((x) => x === 0xee), `past buffer ${i}`).toBe(true);
-    expect(warnings().join('\n')).toMatch(/262144.*65536|65536.*262144/);
+    for (const t of order) expect(c.b.of(c.send, t)!.result, `send tag ${t}`).toBe(t === 53 ? c.b.of(c.send, 53)!.result : 0);
+    expect([0, ResultCode.INVALID_USAGE]).toContain(c.b.of(c.send, 53)!.result);
+    for (let i = 0; i < 8; i++) expect(allBytes(r.bytes.subarray((2 * i + 1) * room, (2 * i + 2) * room), 0xee), `past buffer ${i}`).toBe(true);
+    await until(() => /262144.*65536|65536.*262144/.test(warnings().join('\n')), 5000, 'the WARN naming both sizes');
+    // If the oversize send had completed, the next send carries its error.
+    const n = c.b.reg(c.send, 10);
+    const nr = c.a.reg(c.recv, 10);
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 2, bufs: [[nr.mr, 0, 10, 1]] });
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 100, bufs: [[n.mr, 0, 10, 1]] });
+    await until(() => !!c.b.of(c.send, 100) && !!c.a.of(c.recv, 2), 5000, 'the next message');
+    expect(c.a.of(c.recv, 2)!.result).toBe(0);
+    expect(c.b.of(c.send, 100)!.result).toBe(c.b.of(c.send, 53)!.result === 0 ? ResultCode.INVALID_USAGE : 0);
   });
 });
 
@@ -417,7 +619,10 @@ function stranger(port: number, host = '127.0.0.1') {
   return { sock, closed: () => ended };
 }
 
-describe('tcp: strangers on the listener port', () => {
+const hello = (nonce: Buffer, more: Partial<Parameters<typeof encodeHello>[0]> = {}) =>
+  encodeHello({ role: Role.CONTROL, lane: 0, nonce, connId: randomBytes(8), lanes: 1, eagerMax: 0, minStripe: 4096, status: 0, policies: [1, 1, 1], ...more });
+
+describe.skipIf(!!missing)('tcp: strangers on the listener port', () => {
   async function afterStranger(env: Env, act: (s: net.Socket, port: number, nonce: Buffer) => void, expectWarn: RegExp, ms = 3000) {
     const a = side({ ...BASE, ...env });
     const b = side({ ...BASE, ...env });
@@ -437,15 +642,15 @@ describe('tcp: strangers on the listener port', () => {
   }
 
   it('garbage bytes', async () => {
-    await afterStranger({}, (s) => s.write(randomBytes(100)), /refused.*/);
+    await afterStranger({}, (s) => s.write(randomBytes(100)), /refused a connection from \S*127\.0\.0\.1:\d+: (bad magic|\d+ unexpected bytes)/);
   });
 
   it('a short garbage greeting, then close', async () => {
     await afterStranger({}, (s) => s.end(Buffer.from('GET / HTTP/1.0\r\n')), /refused.*closed before greeting/);
   });
 
-  it('exactly 40 bytes of garbage', async () => {
-    await afterStranger({}, (s) => s.write(Buffer.alloc(HELLO_BYTES, 0x41)), /refused.*bad magic/);
+  it(`exactly HELLO_BYTES (${HELLO_BYTES}) of garbage`, async () => {
+    await afterStranger({}, (s) => s.write(Buffer.alloc(HELLO_BYTES, 0x41)), /refused.*bad magic 0x41414141/);
   });
 
   it('nothing, then close', async () => {
@@ -453,7 +658,7 @@ describe('tcp: strangers on the listener port', () => {
   });
 
   it('nothing, connection kept open: dropped after TSNET_TIMEOUT_SEC', async () => {
-    await afterStranger({ TSNET_TIMEOUT_SEC: '1' }, () => {}, /refused.*no greeting within/, 3000);
+    await afterStranger({ TSNET_TIMEOUT_SEC: '1' }, () => {}, /refused.*no greeting within 1000 ms/, 3000);
   });
 
   it('a silent stranger does not hold up a proper connect meanwhile', async () => {
@@ -468,16 +673,38 @@ describe('tcp: strangers on the listener port', () => {
   });
 
   it('a HELLO with a wrong nonce', async () => {
-    const hello = (nonce: Buffer) =>
-      encodeHello({ role: Role.CONTROL, lane: 0, nonce: Buffer.from(nonce.map((x) => x ^ 0xff)), connId: randomBytes(8), lanes: 0, eagerMax: 0, minStripe: 4096, status: 0 });
-    await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce)), /refused.*wrong nonce/);
+    await afterStranger({}, (s, _p, nonce) => s.write(hello(Buffer.from(nonce.map((x) => x ^ 0xff)))), /refused.*wrong nonce/);
+  });
+
+  it('a HELLO of protocol version 1 (the tsnet before sends completed without an ACK)', async () => {
+    await afterStranger(
+      {},
+      (s, _p, nonce) => {
+        const b = hello(nonce);
+        b.writeUInt16LE(1, 4);
+        s.write(b);
+      },
+      /refused.*protocol version 1, expected 2/,
+    );
+  });
+
+  it('a HELLO of protocol version 1 in its old size (40 bytes), then silence: dropped after TSNET_TIMEOUT_SEC', async () => {
+    await afterStranger(
+      { TSNET_TIMEOUT_SEC: '1' },
+      (s, _p, nonce) => {
+        const b = hello(nonce).subarray(0, 40);
+        b.writeUInt16LE(1, 4);
+        s.write(b);
+      },
+      /refused.*no greeting within 1000 ms/,
+    );
   });
 
   it('a HELLO of another protocol version', async () => {
     await afterStranger(
       {},
       (s, _p, nonce) => {
-        const b = encodeHello({ role: Role.CONTROL, lane: 0, nonce, connId: randomBytes(8), lanes: 0, eagerMax: 0, minStripe: 4096, status: 0 });
+        const b = hello(nonce);
         b.writeUInt16LE(99, 4);
         s.write(b);
       },
@@ -486,35 +713,26 @@ describe('tcp: strangers on the listener port', () => {
   });
 
   it('a HELLO with the right nonce but the ACK role', async () => {
-    await afterStranger(
-      {},
-      (s, _p, nonce) => s.write(encodeHello({ role: Role.ACK, lane: 0, nonce, connId: randomBytes(8), lanes: 0, eagerMax: 0, minStripe: 4096, status: 0 })),
-      /refused.*bad greeting/,
-    );
+    await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce, { role: Role.ACK })), /refused.*bad greeting/);
+  });
+
+  it('a control HELLO with the right nonce and unknown policies: refused', async () => {
+    await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce, { lanes: 0 })), /refused.*policies .* and 0 data lanes/);
   });
 
   it('a control HELLO with the right nonce whose data sockets never come: dropped after TSNET_TIMEOUT_SEC', async () => {
-    await afterStranger(
-      { TSNET_TIMEOUT_SEC: '1' },
-      (s, _p, nonce) => s.write(encodeHello({ role: Role.CONTROL, lane: 0, nonce, connId: randomBytes(8), lanes: 2, eagerMax: 0, minStripe: 4096, status: 0 })),
-      /did not complete within 1000 ms/,
-    );
+    await afterStranger({ TSNET_TIMEOUT_SEC: '1' }, (s, _p, nonce) => s.write(hello(nonce, { lanes: 2 })), /did not complete within 1000 ms/);
   });
 
   it('a HELLO followed by more bytes', async () => {
-    await afterStranger(
-      {},
-      (s, _p, nonce) =>
-        s.write(Buffer.concat([encodeHello({ role: Role.CONTROL, lane: 0, nonce, connId: randomBytes(8), lanes: 0, eagerMax: 0, minStripe: 4096, status: 0 }), Buffer.alloc(24, 1)])),
-      /refused.*unexpected bytes/,
-    );
+    await afterStranger({}, (s, _p, nonce) => s.write(Buffer.concat([hello(nonce), Buffer.alloc(24, 1)])), /refused.*unexpected bytes/);
   });
 });
 
-describe('tcp: bad handles', () => {
+describe.skipIf(!!missing)('tcp: bad handles', () => {
   it.each([
-    ['random bytes', () => new Uint8Array(randomBytes(128))],
-    ['zeros', () => new Uint8Array(128)],
+    ['random bytes', () => new Uint8Array(randomBytes(128)), /not a tsnet TCP handle/],
+    ['zeros', () => new Uint8Array(128), /not a tsnet TCP handle/],
     [
       'a good magic and zero rails',
       () => {
@@ -522,22 +740,24 @@ describe('tcp: bad handles', () => {
         h[6] = 0;
         return padded(h);
       },
+      /names 0 rails/,
     ],
     [
-      'a handle whose address is not an IP address',
+      'a handle whose address family is neither 4 nor 6',
       () => {
         const h = Buffer.from(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '127.0.0.1', port: 1 }] }));
-        h.fill(0xff, 16 + 4, 16 + 20); // 255.255.255.255
+        h.fill(0xff, 16 + 4, 16 + 20);
         h[16] = 9;
         return padded(h);
       },
+      /address family 9/,
     ],
-  ])('%s: connect answers an error at once', (_what, make) => {
+  ] as [string, () => Uint8Array, RegExp][])('%s: connect answers an error at once, naming what is wrong', (_what, make, why) => {
     const b = side(BASE);
     const r = b.call('connect', { ctx: b.ctx, dev: 0, handle: make() });
-    expect(r.result).toBeGreaterThan(0);
+    expect(r.result).toBe(ResultCode.INVALID_ARGUMENT);
     expect(r.comm ?? 0).toBe(0);
-    expect(warnings().some((w) => /connect/.test(w))).toBe(true);
+    expect(warnings().some((w) => /^connect: /.test(w) && why.test(w))).toBe(true);
   });
 
   async function connectFails(b: Side, handle: Uint8Array, ms: number) {
@@ -552,7 +772,7 @@ describe('tcp: bad handles', () => {
       'connect to answer',
     );
     expect(r.comm ?? 0).toBe(0);
-    expect(r.result).toBeGreaterThan(0);
+    expect(r.result).toBe(ResultCode.SYSTEM_ERROR);
     return Date.now() - t0;
   }
 
@@ -563,6 +783,7 @@ describe('tcp: bad handles', () => {
     await new Promise<void>((res) => srv.close(() => res()));
     const b = side(BASE);
     await connectFails(b, padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '127.0.0.1', port }] })), 3000);
+    expect(warnings().join('\n')).toMatch(new RegExp(`connect: connect to 127\\.0\\.0\\.1:${port}: .*ECONNREFUSED`));
   });
 
   it('a handle with the right address but another nonce: connect fails, the listener warns and keeps working', async () => {
@@ -574,6 +795,7 @@ describe('tcp: bad handles', () => {
     await connectFails(b, wrong, 3000);
     expect(a.call('accept', { listen: l.listen })).toEqual({ comm: 0 });
     expect(warnings().some((w) => /refused.*wrong nonce/.test(w))).toBe(true);
+    expect(warnings().some((w) => /^connect: connect to 127\.0\.0\.1: /.test(w))).toBe(true);
     const c = await handshake(a, b, l.listen, l.handle);
     await transfer({ a, b, ...c, ...l }, [77]);
   });
@@ -588,6 +810,8 @@ describe('tcp: bad handles', () => {
     // TEST-NET-2 is not routed; on a host without a default route this fails at once instead.
     const ms = await connectFails(b, padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '198.51.100.7', port: 9 }] })), 3000);
     expect(ms).toBeLessThan(3000);
+    // Sandboxes may answer for any address: then the greeting is what fails.
+    expect(warnings().join('\n')).toMatch(/connect: (no answer from 198\.51\.100\.7:9 within 1000 ms|connect to 198\.51\.100\.7(:9)?: )/);
   });
 
   it('a handle of a closed listener: connect fails', async () => {
@@ -641,88 +865,172 @@ async function viaProxy(env: Env = {}) {
   return { a, b, ...c, ...l, px };
 }
 
-describe('tcp: peers that go away', () => {
-  /** Posts one transfer of size and waits until some bytes have arrived. */
-  async function midTransfer(c: Conn, size = 64 * MiB) {
-    const s = c.b.reg(c.send, size);
-    s.bytes.fill(1);
-    const r = c.a.reg(c.recv, size);
-    c.a.post({ op: Op.RECV, comm: c.recv, slot: 9, bufs: [[r.mr, 0, size, 0]] });
-    c.b.post({ op: Op.SEND, comm: c.send, slot: 9, bufs: [[s.mr, 0, size, 0]] });
-    await until(() => r.bytes.includes(1), 5000, 'the first bytes to arrive');
-    expect(c.a.of(c.recv, 9)).toBeUndefined();
-    return { s, r };
-  }
+/** Posts one transfer of size and waits until some bytes have arrived. */
+async function midTransfer(c: Conn, size = 64 * MiB, slot = 9) {
+  const s = c.b.reg(c.send, size);
+  s.bytes.fill(1);
+  const r = c.a.reg(c.recv, size);
+  c.a.post({ op: Op.RECV, comm: c.recv, slot, bufs: [[r.mr, 0, size, 0]] });
+  c.b.post({ op: Op.SEND, comm: c.send, slot, bufs: [[s.mr, 0, size, 0]] });
+  await until(() => r.bytes.includes(1), 5000, 'the first bytes to arrive');
+  expect(c.a.of(c.recv, slot)).toBeUndefined();
+  return { s, r };
+}
 
+/**
+ * Small sends on comm send of b, one at a time from slot `first`, until one fails: the sender learns of a
+ * closed receiver from its CLOSE frame or the socket's end, and a send made before that succeeds
+ * (it completes when handed over). Returns the failed one.
+ */
+async function aSendFails(b: Side, send: number, mr: number, first: number): Promise<Done> {
+  for (let slot = first; slot < first + 200; slot++) {
+    b.post({ op: Op.SEND, comm: send, slot, bufs: [[mr, 0, 100, 0]] });
+    await until(() => !!b.of(send, slot), 3000, `send ${slot}`);
+    const d = b.of(send, slot)!;
+    if (d.result !== 0) return d;
+    await idle(10);
+  }
+  throw new Error('200 sends after the receiver closed all succeeded');
+}
+
+describe.skipIf(!!missing)('tcp: peers that go away', () => {
   it('the sender\'s comm closed mid-transfer: the pending receive fails within seconds', async () => {
     const c = await connected();
     await midTransfer(c);
     const t0 = Date.now();
-    expect(c.b.call('close', { comm: c.send })).toEqual({});
+    const ended = c.b.close(c.send);
     await until(() => !!c.a.of(c.recv, 9), 3000, 'the receive to fail');
-    expect(c.a.of(c.recv, 9)!.result).not.toBe(0);
+    expect(c.a.of(c.recv, 9)!.result).toBe(ResultCode.REMOTE_ERROR);
     expect(Date.now() - t0).toBeLessThan(3000);
-    // The closed side reports nothing more.
-    await sleep(50);
-    expect(c.b.done.filter((d) => d.comm === c.send)).toEqual([]);
+    // The closed side reports nothing after its close.
+    await idle(50);
+    expect(c.b.done.filter((d) => d.comm === c.send)).toEqual(ended);
     // Later requests on the surviving comm fail at once.
     c.a.post({ op: Op.RECV, comm: c.recv, slot: 10, bufs: [[0, 0, 0, 0]] });
     await until(() => !!c.a.of(c.recv, 10), 1000, 'a later receive to fail');
-    expect(c.a.of(c.recv, 10)!.result).not.toBe(0);
+    expect(c.a.of(c.recv, 10)!.result).toBe(ResultCode.REMOTE_ERROR);
   });
 
-  it('the receiver\'s comm closed mid-transfer: the pending send fails within seconds', async () => {
+  it('the receiver\'s comm closed mid-transfer: the pending send fails within seconds (or, if all of it was handed over already, the next one)', async () => {
     const c = await connected();
-    await midTransfer(c);
-    expect(c.a.call('close', { comm: c.recv })).toEqual({});
-    await until(() => !!c.b.of(c.send, 9), 3000, 'the send to fail');
-    expect(c.b.of(c.send, 9)!.result).not.toBe(0);
-    await sleep(50);
-    expect(c.a.done.filter((d) => d.comm === c.recv)).toEqual([]);
+    const { s } = await midTransfer(c);
+    const ended = c.a.close(c.recv);
+    expect(ended.map((d) => [d.slot, d.result])).toEqual([[9, ResultCode.INVALID_USAGE]]);
+    await until(() => !!c.b.of(c.send, 9), 3000, 'the send to end');
+    // A send completes when its last byte is handed over: the last stripes may have been in the
+    // socket buffers already when the receiver closed.
+    const result = c.b.of(c.send, 9)!.result;
+    expect([0, ResultCode.REMOTE_ERROR]).toContain(result);
+    if (result === 0) expect((await aSendFails(c.b, c.send, s.mr, 10)).result).toBe(ResultCode.REMOTE_ERROR);
+    await idle(50);
+    expect(c.a.done.filter((d) => d.comm === c.recv)).toEqual(ended);
   });
 
-  it('the receiver\'s comm closed with small sends waiting for their ACK: they fail', async () => {
+  it('small sends complete without a receive posted (no ACK); once the receiver closed, the next send fails', async () => {
     const c = await connected();
     const s = c.b.reg(c.send, 4096);
-    // No receive posted: the sends are written but never matched.
     c.b.post(...[1, 2, 3].map((slot) => ({ op: Op.SEND, comm: c.send, slot, bufs: [[s.mr, 0, 100, 0]] as BufSpec[] })));
-    await sleep(50);
-    expect(c.b.done).toEqual([]);
-    expect(c.a.call('close', { comm: c.recv })).toEqual({});
-    await until(() => [1, 2, 3].every((sl) => c.b.of(c.send, sl)), 3000, 'the sends to fail');
-    for (const sl of [1, 2, 3]) expect(c.b.of(c.send, sl)!.result).not.toBe(0);
+    await until(() => [1, 2, 3].every((sl) => c.b.of(c.send, sl)), 3000, 'the sends to complete');
+    for (const sl of [1, 2, 3]) expect(c.b.of(c.send, sl)).toMatchObject({ result: 0, sizes: [100] });
+    expect(c.a.close(c.recv)).toEqual([]);
+    expect((await aSendFails(c.b, c.send, s.mr, 4)).result).toBe(ResultCode.REMOTE_ERROR);
   });
 
   it('connections reset under both plugins mid-transfer: both sides fail, no hang', async () => {
     const c = await viaProxy();
     await transfer(c, [5, 1 * MiB]);
-    const { r } = await midTransfer(c);
-    void r;
+    await midTransfer(c);
     c.px.reset();
     await until(() => !!c.a.of(c.recv, 9) && !!c.b.of(c.send, 9), 3000, 'both sides to fail');
     expect(c.a.of(c.recv, 9)!.result).not.toBe(0);
     expect(c.b.of(c.send, 9)!.result).not.toBe(0);
   });
 
-  // BUG (plugin/config.ts:25 vs plugin/protocol/*, plugin/transports/tcp/*): TSNET_TIMEOUT_SEC is
-  // documented as "seconds without progress on a link with work pending before it is declared
-  // dead", but it is only used for the handshake (tcp/index.ts readHello / listener / connector
-  // timers). Nothing watches an established link: no progress timer in Sender/Receiver/NodeLane,
-  // no SO_KEEPALIVE / TCP_USER_TIMEOUT on the sockets. A peer host that vanishes without FIN/RST
-  // (power loss, cable, frozen proxy here) leaves every pending request of both comms pending
-  // forever: test() spins instead of returning an error.
   it('a peer that vanishes silently mid-transfer fails the pending requests after TSNET_TIMEOUT_SEC', async () => {
     const c = await viaProxy({ TSNET_TIMEOUT_SEC: '1' });
     await midTransfer(c);
     c.px.freeze();
-    await until(() => !!c.a.of(c.recv, 9) && !!c.b.of(c.send, 9), 3500, 'both sides to fail after 1 s without progress');
-    expect(c.a.of(c.recv, 9)!.result).not.toBe(0);
-    expect(c.b.of(c.send, 9)!.result).not.toBe(0);
+    const t0 = Date.now();
+    await until(() => !!c.a.of(c.recv, 9) && !!c.b.of(c.send, 9), 4000, 'both sides to fail after 1 s without progress');
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
+    expect(c.a.of(c.recv, 9)!.result).toBe(ResultCode.REMOTE_ERROR);
+    expect(c.b.of(c.send, 9)!.result).toBe(ResultCode.REMOTE_ERROR);
+    expect(warnings().join('\n')).toMatch(/nothing heard from the peer for \d/);
+  });
+
+  it('an idle peer\'s heartbeats keep a pending receive alive well past TSNET_TIMEOUT_SEC', async () => {
+    const c = await connected({ TSNET_TIMEOUT_SEC: '1' });
+    const r = c.a.reg(c.recv, 100);
+    const s = c.b.reg(c.send, 100);
+    fill(s.bytes, 3);
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 1, bufs: [[r.mr, 0, 100, 0]] });
+    await idle(3500);
+    expect(c.a.of(c.recv, 1)).toBeUndefined();
+    expect(warnings()).toEqual([]);
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 100, 0]] });
+    await until(() => !!c.a.of(c.recv, 1), 3000, 'the receive');
+    expect(c.a.of(c.recv, 1)!.result).toBe(0);
+    expect(firstDiff(r.bytes, s.bytes)).toBe(-1);
   });
 });
 
-describe('tcp: close with requests in flight', () => {
-  it('closing both comms mid-transfer: no completion after close, no exception, regions free', async () => {
+describe.skipIf(!!missing)('tcp: deregMr and close with requests in flight', () => {
+  it('deregMr with receives in flight: success with an INFO line, the receives end with an error, the memory is not touched after, the link works on', async () => {
+    const c = await connected({ TSNET_MIN_STRIPE: '4096', TSNET_NSOCKS: '2' });
+    const x = c.a.reg(c.recv, 64 * MiB);
+    // One receive mid-transfer (striped), three more with no message yet, all on region x.
+    const { s } = await (async () => {
+      const s = c.b.reg(c.send, 64 * MiB);
+      s.bytes.fill(1);
+      c.a.post({ op: Op.RECV, comm: c.recv, slot: 1, bufs: [[x.mr, 0, 32 * MiB, 0]] });
+      c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 32 * MiB, 0]] });
+      await until(() => x.bytes.includes(1), 5000, 'the first bytes');
+      return { s };
+    })();
+    c.a.post(...[2, 3, 4].map((slot) => ({ op: Op.RECV, comm: c.recv, slot, bufs: [[x.mr, slot * 8 * MiB, 8 * MiB, 0]] as BufSpec[] })));
+    expect(c.a.call('deregMr', { mr: x.mr })).toEqual({});
+    expect(infos().some((l) => new RegExp(`deregMr: comm ${c.recv}: 4 request\\(s\\) in flight on the region were cancelled`).test(l))).toBe(true);
+    c.a.harvest();
+    for (const slot of [1, 2, 3, 4]) expect(c.a.of(c.recv, slot), `receive ${slot}`).toMatchObject({ result: ResultCode.INVALID_USAGE });
+    x.bytes.fill(0x5a);
+    // The sender's message goes on (its rest is dropped); the sends after it land in new receives.
+    const y = c.a.reg(c.recv, 2 * MiB);
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 5, bufs: [[y.mr, 0, 2 * MiB, 0]] });
+    fill(s.bytes.subarray(32 * MiB, 34 * MiB), 9);
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 2, bufs: [[s.mr, 32 * MiB, 2 * MiB, 0]] });
+    await until(() => !!c.a.of(c.recv, 5) && !!c.b.of(c.send, 2), 10_000, 'a later transfer');
+    expect(c.a.of(c.recv, 5)).toMatchObject({ result: 0, sizes: [2 * MiB] });
+    expect(firstDiff(y.bytes, s.bytes.subarray(32 * MiB, 34 * MiB))).toBe(-1);
+    expect(c.b.of(c.send, 1)!.result).toBe(0);
+    expect(allBytes(x.bytes, 0x5a)).toBe(true);
+    await transfer(c, [10, 1 * MiB + 1], { seed: 3 });
+    expect(warnings()).toEqual([]);
+  });
+
+  it('deregMr with sends in flight: success with an INFO line; those sends fail and the link closes (its bytes were promised), the receiver fails too', async () => {
+    const c = await connected();
+    const s = c.b.reg(c.send, 64 * MiB);
+    // No receive posted: the message's stripes fill the sockets and the send stays in flight.
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 64 * MiB, 0]] });
+    await idle(100);
+    expect(c.b.of(c.send, 1)).toBeUndefined();
+    expect(c.b.call('deregMr', { mr: s.mr })).toEqual({});
+    expect(infos().some((l) => /memory of 1 send\(s\) in flight was deregistered; closing the link/.test(l))).toBe(true);
+    c.b.harvest();
+    expect(c.b.of(c.send, 1)!.result).toBe(ResultCode.INVALID_USAGE);
+    // The receiver's receive for that message ends in an error: the link is gone.
+    const r = c.a.reg(c.recv, 64 * MiB);
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 1, bufs: [[r.mr, 0, 64 * MiB, 0]] });
+    await until(() => !!c.a.of(c.recv, 1), 3000, 'the receiver to fail');
+    expect(c.a.of(c.recv, 1)!.result).toBe(ResultCode.REMOTE_ERROR);
+    // So does the sender's next send.
+    const n = c.b.reg(c.send, 10);
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 2, bufs: [[n.mr, 0, 10, 0]] });
+    c.b.harvest();
+    expect(c.b.of(c.send, 2)!.result).toBe(ResultCode.INVALID_USAGE);
+  });
+
+  it('closeRecv and closeSend with requests in flight: success, an INFO line each, no completion after, the memory not touched after', async () => {
     const c = await connected();
     const size = 16 * MiB;
     const s = c.b.reg(c.send, size);
@@ -730,23 +1038,60 @@ describe('tcp: close with requests in flight', () => {
     c.a.post(...[1, 2, 3, 4].map((slot) => ({ op: Op.RECV, comm: c.recv, slot, bufs: [[r.mr, (slot - 1) * 4 * MiB, 4 * MiB, 0]] as BufSpec[] })));
     c.b.post(...[1, 2, 3, 4].map((slot) => ({ op: Op.SEND, comm: c.send, slot, bufs: [[s.mr, (slot - 1) * 4 * MiB, 4 * MiB, 0]] as BufSpec[] })));
     await turn();
+    const recvEnded = c.a.close(c.recv);
+    const sendEnded = c.b.close(c.send);
+    expect(recvEnded.length).toBeGreaterThan(0);
+    expect(recvEnded.every((d) => d.result === ResultCode.INVALID_USAGE)).toBe(true);
+    expect(infos().some((l) => new RegExp(`comm ${c.recv}: closed with ${recvEnded.length} receive\\(s\\) in flight; cancelled`).test(l))).toBe(true);
+    if (sendEnded.length) expect(infos().some((l) => new RegExp(`comm ${c.send}: closed with ${sendEnded.length} send\\(s\\) in flight; cancelled`).test(l))).toBe(true);
     const before = { a: c.a.done.length, b: c.b.done.length };
-    expect(c.a.call('close', { comm: c.recv })).toEqual({});
-    expect(c.b.call('close', { comm: c.send })).toEqual({});
     // Regions of a closed comm can be given back: nothing is in flight on them any more.
     expect(c.a.call('deregMr', { mr: r.mr })).toEqual({});
     expect(c.b.call('deregMr', { mr: s.mr })).toEqual({});
     r.bytes.fill(0x5a);
-    await sleep(300);
+    await idle(300);
     expect(c.a.done.length).toBe(before.a);
     expect(c.b.done.length).toBe(before.b);
     // Nobody wrote into the receive memory after close.
-    expect(r.bytes.every((x) => x === 0x5a)).toBe(true);
+    expect(allBytes(r.bytes, 0x5a)).toBe(true);
     // Posting on a closed comm warns and completes nothing.
     c.b.post({ op: Op.SEND, comm: c.send, slot: 5, bufs: [[0, 0, 0, 0]] });
-    await sleep(20);
+    await idle(20);
     expect(c.b.done.length).toBe(before.b);
     expect(warnings().some((w) => new RegExp(`comm ${c.send}, which is closed`).test(w))).toBe(true);
+    expect(warnings().filter((w) => !/which is closed/.test(w))).toEqual([]);
+  });
+
+  it('closeSend with large sends blocked (no receive posted): success, an INFO line, the sends end at close', async () => {
+    const c = await connected();
+    const s = c.b.reg(c.send, 64 * MiB);
+    c.b.post(...[1, 2].map((slot) => ({ op: Op.SEND, comm: c.send, slot, bufs: [[s.mr, (slot - 1) * 32 * MiB, 32 * MiB, 0]] as BufSpec[] })));
+    await idle(100);
+    expect(c.b.done).toEqual([]);
+    const ended = c.b.close(c.send);
+    expect(ended.map((d) => [d.slot, d.result]).sort()).toEqual([[1, ResultCode.INVALID_USAGE], [2, ResultCode.INVALID_USAGE]]);
+    expect(infos().some((l) => new RegExp(`comm ${c.send}: closed with 2 send\\(s\\) in flight; cancelled`).test(l))).toBe(true);
+    await idle(100);
+    expect(c.b.done).toEqual(ended);
+  });
+
+  it('closeListen with connections not yet accepted: success with an INFO line; the connector\'s comm then fails', async () => {
+    const a = side(BASE);
+    const b = side(BASE);
+    const l = listen(a);
+    // b connects; a never accepts.
+    let send = 0;
+    await until(() => {
+      const r = b.call('connect', { ctx: b.ctx, dev: 0, handle: l.handle });
+      send = r.comm as number;
+      return send > 0;
+    }, 5000, 'the connector\'s comm');
+    b.attach(send);
+    await idle(50);
+    expect(a.call('closeListen', { listen: l.listen })).toEqual({});
+    expect(infos().some((x) => /closed with 1 connection\(s\) not yet accepted/.test(x))).toBe(true);
+    const s = b.reg(send, 100);
+    expect((await aSendFails(b, send, s.mr, 1)).result).toBe(ResultCode.REMOTE_ERROR);
   });
 
   it('closing the receiver right after posting, before a byte moved', async () => {
@@ -756,11 +1101,11 @@ describe('tcp: close with requests in flight', () => {
     r.bytes.fill(0x33);
     c.a.post({ op: Op.RECV, comm: c.recv, slot: 1, bufs: [[r.mr, 0, 1 * MiB, 0]] });
     c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 1 * MiB, 0]] });
-    expect(c.a.call('close', { comm: c.recv })).toEqual({});
-    await until(() => !!c.b.of(c.send, 1), 3000, 'the send to fail');
-    expect(c.b.of(c.send, 1)!.result).not.toBe(0);
-    expect(c.a.done).toEqual([]);
-    expect(r.bytes.every((x) => x === 0x33)).toBe(true);
+    expect(c.a.close(c.recv).map((d) => d.slot)).toEqual([1]);
+    await until(() => !!c.b.of(c.send, 1), 3000, 'the send to end');
+    await idle(50);
+    expect(c.a.done.map((d) => d.slot)).toEqual([1]);
+    expect(allBytes(r.bytes, 0x33)).toBe(true);
   });
 
   it('finalize with comms, listeners and connects in flight', async () => {
@@ -774,8 +1119,67 @@ describe('tcp: close with requests in flight', () => {
     c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 4 * MiB, 0]] });
     expect(c.a.call('finalize', { ctx: c.a.ctx })).toEqual({});
     expect(c.b.call('finalize', { ctx: c.b.ctx })).toEqual({});
-    await sleep(200);
-    expect(c.a.done).toEqual([]);
-    expect(c.b.done).toEqual([]);
+    c.a.harvest();
+    c.b.harvest();
+    const at = { a: c.a.done.length, b: c.b.done.length };
+    r.bytes.fill(0x5a);
+    await idle(200);
+    expect({ a: c.a.done.length, b: c.b.done.length }).toEqual(at);
+    expect(allBytes(r.bytes, 0x5a)).toBe(true);
+    expect(c.a.call('accept', { listen: c.listen }).result).toBe(ResultCode.INVALID_ARGUMENT);
+  });
+
+  it('finalize with a connect in flight to a listener that stays open: the connection is dropped, no lane is left behind', async () => {
+    await until(() => A.lanes() === 0, 5000, 'the lanes of earlier tests to be freed');
+    const a = side(BASE);
+    const b = side(BASE);
+    const l = listen(a);
+    expect(b.call('connect', { ctx: b.ctx, dev: 0, handle: l.handle })).toEqual({ comm: 0 });
+    expect(b.call('finalize', { ctx: b.ctx })).toEqual({});
+    await idle(300);
+    // The listener may have taken the connection in (its half waits for an accept); b keeps nothing.
+    expect(a.call('closeListen', { listen: l.listen })).toEqual({});
+    await until(() => A.lanes() === 0, 3000, 'every lane to be freed');
+  });
+});
+
+describe.skipIf(!!missing)('tcp: nothing leaks', () => {
+  it('50 cycles of connect, 32 x 1 MiB posted each way, deregister, close: fds, port links and engine lanes return to where they were', async () => {
+    const a = side({ ...BASE, TSNET_NSOCKS: '2' });
+    const b = side({ ...BASE, TSNET_NSOCKS: '2' });
+    await idle(50);
+    await until(() => A.lanes() === 0, 5000, 'the lanes of earlier tests to be freed');
+    const fds0 = openFds();
+    const links0 = portLinks();
+    const l = listen(a);
+    let most = 0;
+    for (let cycle = 0; cycle < 50; cycle++) {
+      const { send, recv } = await handshake(a, b, l.listen, l.handle);
+      // 6 lanes are this cycle's; closed ones of earlier cycles may still be on their way out.
+      most = Math.max(most, A.lanes());
+      const s = b.reg(send, 32 * MiB);
+      const r = a.reg(recv, 32 * MiB);
+      a.post(...Array.from({ length: 32 }, (_, i) => ({ op: Op.RECV, comm: recv, slot: i, bufs: [[r.mr, i * MiB, MiB, 0]] as BufSpec[] })));
+      b.post(...Array.from({ length: 32 }, (_, i) => ({ op: Op.SEND, comm: send, slot: i, bufs: [[s.mr, i * MiB, MiB, 0]] as BufSpec[] })));
+      await idle(cycle % 3 === 0 ? 0 : 5);
+      // Half the cycles deregister first (requests in flight), the others close first.
+      if (cycle % 2) {
+        expect(a.call('deregMr', { mr: r.mr })).toEqual({});
+        expect(b.call('deregMr', { mr: s.mr })).toEqual({});
+        a.close(recv);
+        b.close(send);
+      } else {
+        b.close(send);
+        a.close(recv);
+        expect(a.call('deregMr', { mr: r.mr })).toEqual({});
+        expect(b.call('deregMr', { mr: s.mr })).toEqual({});
+      }
+    }
+    expect(a.call('closeListen', { listen: l.listen })).toEqual({});
+    expect(most, 'lanes alive at once (6 a cycle)').toBeLessThanOrEqual(12);
+    await until(() => A.lanes() === 0, 10_000, 'every lane to be freed');
+    await until(() => portLinks() === links0, 1000, 'every link to leave the port');
+    await until(() => openFds() === fds0, 5000, `the fd count to return to ${fds0}`);
+    expect(warnings().filter((w) => !/closed|reset|does not fit|deregistered/.test(w))).toEqual([]);
   });
 });

@@ -1,10 +1,13 @@
 // Two network namespaces joined by two veth pairs (test/netns/two-nic.sh): a two-NIC tsnet
 // device (TSNET_DEVICE_GROUPS=a+b) carries validated data and spreads a bulk stream over
-// both NICs. Needs root and iproute2; skipped with the reason otherwise.
+// both NICs, over the TCP transport and over libfabric's tcp provider (two rails). Needs root
+// and iproute2; skipped with the reason otherwise.
 import { spawnSync } from 'child_process';
+import { existsSync } from 'fs';
 import * as path from 'path';
 import { describe, expect, it } from 'vitest';
 import { LIB, ROOT, buildDriver, requireLib } from '../driver/build-driver';
+import { runAsync } from '../support/spawn';
 
 const SCRIPT = path.join(ROOT, 'test/netns/two-nic.sh');
 
@@ -18,17 +21,19 @@ function why(): string | undefined {
 const skipReason = why();
 if (skipReason) console.log(`skipping the netns suite: ${skipReason}`);
 
+const HAVE_LIBFABRIC = ['/usr/lib/x86_64-linux-gnu/libfabric.so.1', '/usr/lib64/libfabric.so.1'].some(existsSync);
+
 describe.skipIf(skipReason !== undefined)('two NICs in two network namespaces', () => {
-  it('spreads a large stream over both veths of a two-NIC device, data intact', () => {
+  // The TCP transport, and the libfabric transport over its tcp provider (two rails).
+  it.each(['tcp', ...(HAVE_LIBFABRIC ? ['ofi'] : [])])('%s: spreads a large stream over both veths of a two-NIC device, data intact', async (transport) => {
     requireLib();
     const driver = buildDriver();
-    const r = spawnSync('bash', [SCRIPT], {
+    const r = await runAsync('bash', [SCRIPT], {
       cwd: ROOT,
-      env: { ...process.env, TSNET_NETNS_DRIVER: driver, TSNET_DRIVER_LIB: LIB },
-      encoding: 'utf8',
+      env: { ...process.env, TSNET_NETNS_DRIVER: driver, TSNET_DRIVER_LIB: LIB, TSNET_NETNS_TRANSPORT: transport },
       timeout: 600_000,
     });
-    const out = `${r.stdout ?? ''}${r.stderr ?? ''}`;
+    const out = `${r.stdout}${r.stderr}`;
     console.log(out.split('\n').filter((l) => /^(ok|not ok|#|SKIP|PASS|FAIL)/.test(l)).join('\n'));
     // 77: the script found it cannot build namespaces here (say, no CAP_NET_ADMIN in a container).
     if (r.status === 77) return console.log(`two-nic.sh skipped: ${out.trim()}`);

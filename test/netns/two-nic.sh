@@ -9,13 +9,16 @@
 #   test/netns/two-nic.sh            (root; exit 0 pass, 1 fail, 77 skipped with a reason)
 #
 # Environment: TSNET_NETNS_DRIVER (default build/test/driver), TSNET_DRIVER_LIB (default
-# build/libnccl-net-tsnet.so), TSNET_NETNS_VERSION (table version, default 12).
+# build/libnccl-net-tsnet.so), TSNET_NETNS_VERSION (table version, default 12),
+# TSNET_NETNS_TRANSPORT (tcp, the default, or ofi: libfabric's tcp provider, whose two NICs
+# are the device's two rails).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DRIVER=${TSNET_NETNS_DRIVER:-$ROOT/build/test/driver}
 LIB=${TSNET_DRIVER_LIB:-$ROOT/build/libnccl-net-tsnet.so}
 VERSION=${TSNET_NETNS_VERSION:-12}
+TRANSPORT=${TSNET_NETNS_TRANSPORT:-tcp}
 MIN_SHARE=30                     # percent of the payload each veth must carry
 PAYLOAD=$((8 * 64 * 1024 * 1024)) # driver bulk: 8 messages of 64 MiB
 STEP_TIMEOUT=180                  # seconds for any one driver run
@@ -104,10 +107,20 @@ run() {
   [ "$rst" = 0 ] && [ "$sst" = 0 ]
 }
 
-TWO_A="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$A1,$A2 TSNET_DEVICE_GROUPS=$A1+$A2"
-TWO_B="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$B1,$B2 TSNET_DEVICE_GROUPS=$B1+$B2"
-ONE_A="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$A1"
-ONE_B="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$B1"
+if [ "$TRANSPORT" = ofi ]; then
+  # libfabric's tcp provider: one NIC per interface (a domain each); FI_TCP_IFACE keeps one.
+  OFI="TSNET_TRANSPORT=ofi FI_PROVIDER=tcp TSNET_TIMEOUT_SEC=10"
+  TWO_A="$OFI TSNET_DEVICE_GROUPS=$A1+$A2"
+  TWO_B="$OFI TSNET_DEVICE_GROUPS=$B1+$B2"
+  ONE_A="$OFI FI_TCP_IFACE=$A1"
+  ONE_B="$OFI FI_TCP_IFACE=$B1"
+else
+  TWO_A="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$A1,$A2 TSNET_DEVICE_GROUPS=$A1+$A2"
+  TWO_B="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$B1,$B2 TSNET_DEVICE_GROUPS=$B1+$B2"
+  ONE_A="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$A1"
+  ONE_B="TSNET_TRANSPORT=tcp NCCL_SOCKET_IFNAME==$B1"
+fi
+ok "transport $TRANSPORT"
 
 # 1. Data crosses the two-NIC device intact, 0 B to 64 MiB.
 run transfer transfer "$TWO_A" "$TWO_B"

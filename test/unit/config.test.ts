@@ -1,9 +1,12 @@
-// readConfig(env): defaults, each variable's parsing, precedence, aliases, errors that name
-// the variable, and the lines it returns for logging.
+// readConfig(env, cores): defaults, each variable's parsing, precedence, aliases, errors that
+// name the variable (and quote its value), and the lines it returns for logging.
 import { describe, expect, it } from 'vitest';
 import { ResultCode } from '../../plugin/abi';
 import { readConfig } from '../../plugin/config';
 import { NetError } from '../../plugin/errors';
+import { threshold } from '../../plugin/protocol/policies/eager';
+import { byTag, roundRobin } from '../../plugin/protocol/policies/lanes';
+import { even, fixed } from '../../plugin/protocol/policies/stripes';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -31,10 +34,17 @@ describe('readConfig defaults', () => {
       socketIfname: undefined,
       socketFamily: undefined,
       deviceGroups: undefined,
-      io: 'native',
       ioThreads: 8,
+      protocolThreads: 1,
+      eagerPolicy: threshold,
+      stripePolicy: even,
+      lanePolicy: roundRobin,
+      traceFile: undefined,
+      stats: false,
       spinUs: 0,
       timeoutSec: 10,
+      ofi: undefined,
+      latencyUs: 0,
     });
   });
 
@@ -44,8 +54,8 @@ describe('readConfig defaults', () => {
       'data sockets per comm = 4 (default)',
       'eager max bytes = 65536 (default)',
       'min stripe bytes = 131072 (default)',
-      'socket I/O = native (default)',
       'I/O threads = 8 (default)',
+      'protocol threads = 1 (default)',
       'busy-poll window us = 0 (default)',
       'link timeout seconds = 10 (default)',
     ]);
@@ -66,12 +76,20 @@ describe('readConfig defaults', () => {
       TSNET_TIMEOUT_SEC: '',
       NCCL_SOCKET_FAMILY: '',
       NCCL_SOCKET_IFNAME: '',
-    });
-    expect(config).toEqual(readConfig({}).config);
+      TSNET_PROTOCOL_THREADS: '',
+      TSNET_EAGER_POLICY: '',
+      TSNET_STRIPE_POLICY: '',
+      TSNET_LANE_POLICY: '',
+      TSNET_TRACE: '',
+      TSNET_STATS: '',
+      TSNET_IO_THREADS: '',
+    }, 2);
+    expect(config).toEqual(readConfig({}, 2).config);
   });
 
-  it('ignores variables it does not know', () => {
-    expect(readConfig({ TSNET_NOPE: 'x', NCCL_DEBUG: 'INFO' })).toEqual(readConfig({}));
+  it('ignores variables it does not know, TSNET_IO (removed) among them', () => {
+    expect(readConfig({ TSNET_NOPE: 'x', NCCL_DEBUG: 'INFO' }, 2)).toEqual(readConfig({}, 2));
+    expect(readConfig({ TSNET_IO: 'node' }, 2)).toEqual(readConfig({}, 2));
   });
 });
 
@@ -94,7 +112,6 @@ describe('readConfig parses each variable', () => {
   });
 
   it.each([
-    ['0', 0],
     ['1', 1],
     ['4', 4],
     ['64', 64],
@@ -124,8 +141,8 @@ describe('readConfig parses each variable', () => {
     const { config, lines } = readConfig({ TSNET_NSOCKS: '2', NCCL_SOCKET_NTHREADS: '4', NCCL_NSOCKS_PERTHREAD: '4' });
     expect(config.nsocks).toBe(2);
     expect(lines).toContain('data sockets per comm = 2 (TSNET_NSOCKS)');
-    // Zero is a value, not "unset": it still wins.
-    expect(readConfig({ TSNET_NSOCKS: '0', NCCL_SOCKET_NTHREADS: '4' }).config.nsocks).toBe(0);
+    // Zero is a value, not "unset": it is rejected rather than falling back to the NCCL variables.
+    expect(failure({ TSNET_NSOCKS: '0', NCCL_SOCKET_NTHREADS: '4' }).message).toBe('TSNET_NSOCKS=0: expected 1 to 64');
   });
 
   it.each([
@@ -206,6 +223,14 @@ describe('readConfig parses each variable', () => {
       NCCL_SOCKET_IFNAME: 'lo',
       NCCL_SOCKET_FAMILY: 'AF_INET',
       TSNET_TIMEOUT_SEC: '5',
+      TSNET_DEVICE_GROUPS: 'a+b',
+      TSNET_IO_THREADS: '3',
+      TSNET_STRIPE_POLICY: 'fixed',
+      TSNET_LANE_POLICY: 'tag',
+      TSNET_EAGER_POLICY: 'threshold',
+      TSNET_TRACE: '/tmp/trace.json',
+      TSNET_STATS: '1',
+      TSNET_SPIN_US: '50',
     }, 2);
     expect(lines).toEqual([
       'transport = loopback (TSNET_TRANSPORT)',
@@ -215,19 +240,125 @@ describe('readConfig parses each variable', () => {
       'min stripe bytes = 65536 (TSNET_MIN_STRIPE)',
       'interfaces = lo (NCCL_SOCKET_IFNAME)',
       'address family = AF_INET (NCCL_SOCKET_FAMILY)',
-      'busy-poll window us = 0 (default)',
+      'device groups = a+b (TSNET_DEVICE_GROUPS)',
+      'protocol threads = 1 (default)',
+      'eager policy = threshold (TSNET_EAGER_POLICY)',
+      'stripe policy = fixed (TSNET_STRIPE_POLICY)',
+      'lane policy = tag (TSNET_LANE_POLICY)',
+      'trace file = /tmp/trace.json (TSNET_TRACE)',
+      'statistics = on (TSNET_STATS)',
+      'busy-poll window us = 50 (TSNET_SPIN_US)',
       'link timeout seconds = 5 (TSNET_TIMEOUT_SEC)',
     ]);
+  });
+});
+
+describe('readConfig: threads, policies, trace and statistics', () => {
+  it.each([
+    [1, 1],
+    [2, 1],
+    [15, 1],
+    [16, 2],
+    [31, 2],
+    [32, 4],
+    [128, 4],
+  ])('with %i cores, %i protocol thread(s) by default', (cores, n) => {
+    const { config, lines } = readConfig({}, cores);
+    expect(config.protocolThreads).toBe(n);
+    expect(lines).toContain(`protocol threads = ${n} (default)`);
+  });
+
+  it('TSNET_PROTOCOL_THREADS, 1 to 16, whatever the cores', () => {
+    for (const n of [1, 3, 16]) {
+      const { config, lines } = readConfig({ TSNET_PROTOCOL_THREADS: String(n) }, 64);
+      expect(config.protocolThreads).toBe(n);
+      expect(lines).toContain(`protocol threads = ${n} (TSNET_PROTOCOL_THREADS)`);
+    }
+    expect(readConfig({ TSNET_PROTOCOL_THREADS: '8' }, 2).config.protocolThreads).toBe(8);
+  });
+
+  it('the loopback transport has one protocol thread (its links live in one thread), with a line saying so', () => {
+    const set = readConfig({ TSNET_TRANSPORT: 'loopback', TSNET_PROTOCOL_THREADS: '4' }, 64);
+    expect(set.config.protocolThreads).toBe(1);
+    expect(set.lines).toContain('protocol threads = 1 (TSNET_PROTOCOL_THREADS=4 ignored: loopback links live in one thread)');
+    for (const cores of [2, 16, 64]) {
+      const dflt = readConfig({ TSNET_TRANSPORT: 'loopback' }, cores);
+      expect(dflt.config.protocolThreads).toBe(1);
+      expect(dflt.lines.filter((l) => l.startsWith('protocol threads = '))).toEqual(['protocol threads = 1 (default)']);
+    }
+    const one = readConfig({ TSNET_TRANSPORT: 'loopback', TSNET_PROTOCOL_THREADS: '1' }, 64);
+    expect(one.lines).toContain('protocol threads = 1 (TSNET_PROTOCOL_THREADS)');
+  });
+
+  it('TSNET_IO_THREADS, 1 to 64, logged for the TCP transport only', () => {
+    const { config, lines } = readConfig({ TSNET_IO_THREADS: '3' }, 2);
+    expect(config.ioThreads).toBe(3);
+    expect(lines).toContain('I/O threads = 3 (TSNET_IO_THREADS)');
+    expect(readConfig({ TSNET_IO_THREADS: '64' }).config.ioThreads).toBe(64);
+    expect(readConfig({ TSNET_TRANSPORT: 'loopback', TSNET_IO_THREADS: '3' }).lines.join('\n')).not.toMatch(/I\/O threads/);
+  });
+
+  it.each([
+    ['TSNET_EAGER_POLICY', 'threshold', 'eagerPolicy', threshold, 'eager policy'],
+    ['TSNET_STRIPE_POLICY', 'even', 'stripePolicy', even, 'stripe policy'],
+    ['TSNET_STRIPE_POLICY', 'fixed', 'stripePolicy', fixed, 'stripe policy'],
+    ['TSNET_LANE_POLICY', 'roundrobin', 'lanePolicy', roundRobin, 'lane policy'],
+    ['TSNET_LANE_POLICY', 'tag', 'lanePolicy', byTag, 'lane policy'],
+  ] as const)('%s=%s picks that policy and logs it', (name, value, key, policy, words) => {
+    const { config, lines } = readConfig({ [name]: value }, 2);
+    expect(config[key]).toBe(policy);
+    expect(lines).toContain(`${words} = ${value} (${name})`);
+  });
+
+  it('policies at their defaults are not logged', () => {
+    expect(readConfig({}, 2).lines.join('\n')).not.toMatch(/policy/);
+  });
+
+  it('TSNET_TRACE names the trace file, %p replaced by the pid', () => {
+    const { config, lines } = readConfig({ TSNET_TRACE: '/tmp/tsnet-%p.json' }, 2);
+    expect(config.traceFile).toBe(`/tmp/tsnet-${process.pid}.json`);
+    expect(lines).toContain(`trace file = /tmp/tsnet-${process.pid}.json (TSNET_TRACE)`);
+    expect(readConfig({ TSNET_TRACE: '/tmp/%p/%p.json' }).config.traceFile).toBe(`/tmp/${process.pid}/${process.pid}.json`);
+    expect(readConfig({ TSNET_TRACE: 'trace.json' }).config.traceFile).toBe('trace.json');
+    expect(readConfig({}).config.traceFile).toBeUndefined();
+    expect(readConfig({}).lines.join('\n')).not.toMatch(/trace/);
+  });
+
+  it('TSNET_STATS is 0 or 1', () => {
+    expect(readConfig({ TSNET_STATS: '1' }).config.stats).toBe(true);
+    expect(readConfig({ TSNET_STATS: '1' }).lines).toContain('statistics = on (TSNET_STATS)');
+    expect(readConfig({ TSNET_STATS: '0' }).config.stats).toBe(false);
+    expect(readConfig({ TSNET_STATS: '0' }).lines).toContain('statistics = off (TSNET_STATS)');
+    expect(readConfig({}).lines.join('\n')).not.toMatch(/statistics/);
+  });
+});
+
+describe('readConfig for the libfabric transport', () => {
+  it('reads the OFI_NCCL_* variables, logs them, and leaves the stream eager limit alone', () => {
+    const { config, lines } = readConfig({ TSNET_TRANSPORT: 'ofi', OFI_NCCL_EAGER_MAX_SIZE: '-1', OFI_NCCL_NET_LATENCY: '2.5' }, 2);
+    expect(config.transport).toBe('ofi');
+    expect(config.ofi?.eagerMax).toBe(-1);
+    expect(config.latencyUs).toBe(2.5);
+    expect(config.eagerMax).toBe(64 * KiB); // OFI_NCCL_EAGER_MAX_SIZE is the ofi transport's own there
+    expect(lines).toContain('ofi eager max bytes (header included) = disabled (OFI_NCCL_EAGER_MAX_SIZE)');
+    expect(lines).toContain('latency us = 2.5 (OFI_NCCL_NET_LATENCY)');
+    expect(lines.join('\n')).not.toMatch(/^eager max bytes/m);
+  });
+
+  it('under tcp, OFI_NCCL_EAGER_MAX_SIZE=-1 (eager off) keeps only empty messages inline', () => {
+    expect(readConfig({ OFI_NCCL_EAGER_MAX_SIZE: '-1' }, 2).config.eagerMax).toBe(0);
+    expect(readConfig({ TSNET_EAGER_MAX: '-1' }, 2).config.eagerMax).toBe(0);
   });
 });
 
 describe('readConfig rejects bad values with a NetError naming the variable', () => {
   it.each([
     [{ TSNET_TRANSPORT: 'udp' }, 'TSNET_TRANSPORT'],
-    [{ TSNET_TRANSPORT: 'ofi' }, 'TSNET_TRANSPORT'],
+    [{ TSNET_TRANSPORT: 'verbs' }, 'TSNET_TRANSPORT'],
     [{ TSNET_LOOPBACK_DEVICES: '0' }, 'TSNET_LOOPBACK_DEVICES'],
     [{ TSNET_LOOPBACK_DEVICES: '65' }, 'TSNET_LOOPBACK_DEVICES'],
     [{ TSNET_LOOPBACK_DEVICES: 'two' }, 'TSNET_LOOPBACK_DEVICES'],
+    [{ TSNET_NSOCKS: '0' }, 'TSNET_NSOCKS'],
     [{ TSNET_NSOCKS: '-1' }, 'TSNET_NSOCKS'],
     [{ TSNET_NSOCKS: '65' }, 'TSNET_NSOCKS'],
     [{ TSNET_NSOCKS: '4x' }, 'TSNET_NSOCKS'],
@@ -242,7 +373,10 @@ describe('readConfig rejects bad values with a NetError naming the variable', ()
     [{ NCCL_NSOCKS_PERTHREAD: '0' }, 'NCCL_NSOCKS_PERTHREAD'],
     [{ NCCL_NSOCKS_PERTHREAD: '65' }, 'NCCL_NSOCKS_PERTHREAD'],
     [{ NCCL_SOCKET_NTHREADS: '2', NCCL_NSOCKS_PERTHREAD: 'x' }, 'NCCL_NSOCKS_PERTHREAD'],
-    [{ TSNET_EAGER_MAX: '-1' }, 'TSNET_EAGER_MAX'],
+    [{ TSNET_EAGER_MAX: '-2' }, 'TSNET_EAGER_MAX'],
+    [{ TSNET_TRANSPORT: 'ofi', OFI_NCCL_EAGER_MAX_SIZE: '-2' }, 'OFI_NCCL_EAGER_MAX_SIZE'],
+    [{ TSNET_TRANSPORT: 'ofi', OFI_NCCL_NET_LATENCY: 'soon' }, 'OFI_NCCL_NET_LATENCY'],
+    [{ TSNET_TRANSPORT: 'ofi', TSNET_FLUSH: 'sometimes' }, 'TSNET_FLUSH'],
     [{ TSNET_EAGER_MAX: String(MiB + 1) }, 'TSNET_EAGER_MAX'],
     [{ TSNET_EAGER_MAX: '16k' }, 'TSNET_EAGER_MAX'],
     [{ OFI_NCCL_EAGER_MAX_SIZE: 'big' }, 'OFI_NCCL_EAGER_MAX_SIZE'],
@@ -255,6 +389,21 @@ describe('readConfig rejects bad values with a NetError naming the variable', ()
     [{ TSNET_TIMEOUT_SEC: '0' }, 'TSNET_TIMEOUT_SEC'],
     [{ TSNET_TIMEOUT_SEC: '3601' }, 'TSNET_TIMEOUT_SEC'],
     [{ TSNET_TIMEOUT_SEC: '1.5' }, 'TSNET_TIMEOUT_SEC'],
+    [{ TSNET_IO_THREADS: '0' }, 'TSNET_IO_THREADS'],
+    [{ TSNET_IO_THREADS: '65' }, 'TSNET_IO_THREADS'],
+    [{ TSNET_PROTOCOL_THREADS: '0' }, 'TSNET_PROTOCOL_THREADS'],
+    [{ TSNET_PROTOCOL_THREADS: '17' }, 'TSNET_PROTOCOL_THREADS'],
+    [{ TSNET_PROTOCOL_THREADS: 'many' }, 'TSNET_PROTOCOL_THREADS'],
+    [{ TSNET_SPIN_US: '-1' }, 'TSNET_SPIN_US'],
+    [{ TSNET_SPIN_US: '1000001' }, 'TSNET_SPIN_US'],
+    [{ TSNET_EAGER_POLICY: 'always' }, 'TSNET_EAGER_POLICY'],
+    [{ TSNET_STRIPE_POLICY: 'odd' }, 'TSNET_STRIPE_POLICY'],
+    [{ TSNET_STRIPE_POLICY: 'EVEN' }, 'TSNET_STRIPE_POLICY'],
+    [{ TSNET_LANE_POLICY: 'random' }, 'TSNET_LANE_POLICY'],
+    [{ TSNET_STATS: 'yes' }, 'TSNET_STATS'],
+    [{ TSNET_STATS: '2' }, 'TSNET_STATS'],
+    [{ TSNET_STATS: 'true' }, 'TSNET_STATS'],
+    [{ TSNET_MIN_STRIPE: '5000' }, 'TSNET_MIN_STRIPE'],
   ])('%j', (env, name) => {
     const e = failure(env);
     expect(e.code).toBe(ResultCode.INVALID_ARGUMENT);
@@ -271,9 +420,19 @@ describe('readConfig rejects bad values with a NetError naming the variable', ()
     expect(e.message).toContain('128');
   });
 
-  it('says which range it expected', () => {
-    expect(failure({ TSNET_NSOCKS: '65' }).message).toMatch(/0 to 64/);
-    expect(failure({ TSNET_NSOCKS: 'x' }).message).toMatch(/integer/);
-    expect(failure({ TSNET_TRANSPORT: 'udp' }).message).toMatch(/tcp or loopback/);
+  it('says what it expected', () => {
+    expect(failure({ TSNET_NSOCKS: '65' }).message).toBe('TSNET_NSOCKS=65: expected 1 to 64');
+    expect(failure({ TSNET_NSOCKS: '0' }).message).toBe('TSNET_NSOCKS=0: expected 1 to 64');
+    expect(failure({ TSNET_NSOCKS: 'x' }).message).toBe('TSNET_NSOCKS=x: expected an integer');
+    expect(failure({ TSNET_TRANSPORT: 'udp' }).message).toBe('TSNET_TRANSPORT=udp: expected tcp, ofi or loopback');
+    expect(failure({ TSNET_MIN_STRIPE: '5000' }).message).toBe('TSNET_MIN_STRIPE=5000: expected a multiple of 4096');
+    expect(failure({ TSNET_PROTOCOL_THREADS: '17' }).message).toBe('TSNET_PROTOCOL_THREADS=17: expected 1 to 16');
+    expect(failure({ TSNET_STATS: 'yes' }).message).toBe('TSNET_STATS=yes: expected 0 or 1');
+  });
+
+  it('names every known policy when a policy name is unknown', () => {
+    expect(failure({ TSNET_EAGER_POLICY: 'always' }).message).toBe('TSNET_EAGER_POLICY=always: expected threshold');
+    expect(failure({ TSNET_STRIPE_POLICY: 'odd' }).message).toBe('TSNET_STRIPE_POLICY=odd: expected even or fixed');
+    expect(failure({ TSNET_LANE_POLICY: 'random' }).message).toBe('TSNET_LANE_POLICY=random: expected roundrobin or tag');
   });
 });

@@ -1,6 +1,6 @@
 // Device discovery of the TCP transport against fake sysfs trees built in a temp dir:
 // names, PCI paths, speeds, operstate, addresses, NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY,
-// the loopback fallback and TSNET_DEVICE_GROUPS.
+// the loopback fallback, TSNET_DEVICE_GROUPS and each device's guid.
 import * as fs from 'node:fs';
 import type * as os from 'node:os';
 import * as path from 'node:path';
@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ResultCode } from '../../plugin/abi';
 import { NetError } from '../../plugin/errors';
+import { groupGuid, guidOf, hostId } from '../../plugin/transports/guid';
 import { type Addresses, discoverDevices, ifnameFilter } from '../../plugin/transports/tcp/devices';
 
 const roots: string[] = [];
@@ -20,6 +21,10 @@ interface FakeIf {
   operstate?: string;
   /** A PCI address: the interface gets a `device` symlink to a fake PCI dir. */
   pci?: string;
+  /** Contents of `address` (the hardware address); undefined: no file. */
+  mac?: string;
+  /** Contents of `addr_assign_type` (0 permanent, 1 random, 2 stolen, 3 set); undefined: no file. */
+  assign?: string;
 }
 
 /** A fake /sys/class/net (plus /sys/devices for the PCI dirs); returns the class/net dir and the realpath of each PCI dir. */
@@ -34,6 +39,8 @@ function sysfs(ifs: Record<string, FakeIf>): { sysRoot: string; pci: Record<stri
     fs.mkdirSync(dir);
     if (f.speed !== undefined) fs.writeFileSync(path.join(dir, 'speed'), `${f.speed}\n`);
     if (f.operstate !== undefined) fs.writeFileSync(path.join(dir, 'operstate'), `${f.operstate}\n`);
+    if (f.mac !== undefined) fs.writeFileSync(path.join(dir, 'address'), `${f.mac}\n`);
+    if (f.assign !== undefined) fs.writeFileSync(path.join(dir, 'addr_assign_type'), `${f.assign}\n`);
     if (f.pci) {
       const dev = path.join(top, 'devices', 'pci0000:00', f.pci);
       fs.mkdirSync(dev, { recursive: true });
@@ -54,15 +61,15 @@ function v6(address: string, internal = false): os.NetworkInterfaceInfo {
   return { address, netmask: 'ffff:ffff:ffff:ffff::', family: 'IPv6', mac: '02:00:00:00:00:01', internal, cidr: `${address}/64`, scopeid: 0 };
 }
 
-/** A typical host: lo, two physical NICs, docker0, virbr0, a veth. */
+/** A typical host: lo, two physical NICs, docker0, virbr0, a veth, each with its kind of hardware address. */
 function host() {
   const fake = sysfs({
-    lo: { operstate: 'unknown' },
-    eth0: { speed: '25000', operstate: 'up', pci: '0000:17:00.0' },
-    eth1: { speed: '100000', operstate: 'up', pci: '0000:17:00.1' },
-    docker0: { speed: '-1', operstate: 'up' },
-    virbr0: { operstate: 'up' },
-    veth1a2b: { speed: '10000', operstate: 'up' },
+    lo: { operstate: 'unknown', mac: '00:00:00:00:00:00', assign: '0' },
+    eth0: { speed: '25000', operstate: 'up', pci: '0000:17:00.0', mac: 'b8:ce:f6:00:17:00', assign: '0' },
+    eth1: { speed: '100000', operstate: 'up', pci: '0000:17:00.1', mac: 'b8:ce:f6:00:17:01', assign: '0' },
+    docker0: { speed: '-1', operstate: 'up', mac: '02:42:5e:11:22:33', assign: '3' },
+    virbr0: { operstate: 'up', mac: '52:54:00:aa:bb:cc', assign: '3' },
+    veth1a2b: { speed: '10000', operstate: 'up', mac: '9a:3f:41:0c:7d:e2', assign: '1' },
   });
   const addresses: Addresses = {
     lo: [v4('127.0.0.1', true), v6('::1', true)],
@@ -175,9 +182,17 @@ describe('discoverDevices: what each device says', () => {
   });
 
   it('without a readable sysfs, the interfaces come from the address map (virtual, default speed)', () => {
-    const devs = discoverDevices({ sysRoot: '/nonexistent/tsnet/sys', addresses: { eth5: [v4('10.5.5.5')], lo: [v4('127.0.0.1', true)] } });
+    const devs = discoverDevices({ sysRoot: '/nonexistent/tsnet/sys', addresses: { eth5: [v4('10.5.5.5')], lo: [v4('127.0.0.1', true)] }, hostId: 'h' });
+    // The hardware address comes from the OS; without addr_assign_type it is not known to be the NIC's own.
+    const guid = guidOf('if:h/eth5/02:00:00:00:00:01');
     expect(devs).toEqual([
-      { name: 'eth5', nics: [{ name: 'eth5', address: '10.5.5.5', family: 4, pciPath: null, speedMbps: 10000 }], pciPath: null, speedMbps: 10000 },
+      {
+        name: 'eth5',
+        nics: [{ name: 'eth5', address: '10.5.5.5', family: 4, pciPath: null, speedMbps: 10000, mac: '02:00:00:00:00:01', guid }],
+        pciPath: null,
+        speedMbps: 10000,
+        guid,
+      },
     ]);
   });
 });
@@ -224,8 +239,15 @@ describe('discoverDevices: loopback when nothing else', () => {
     const { sysRoot } = sysfs({ lo: { operstate: 'unknown' }, eth0: { operstate: 'down', pci: '0000:01:00.0' }, docker0: {} });
     const addresses = { lo: [v4('127.0.0.1', true), v6('::1', true)], eth0: [v4('10.0.0.1')], docker0: [v4('172.17.0.1')] };
     const devs = discoverDevices({ sysRoot, addresses });
+    const guid = guidOf(`if:${hostId()}/lo/02:00:00:00:00:01`);
     expect(devs).toEqual([
-      { name: 'lo', nics: [{ name: 'lo', address: '127.0.0.1', family: 4, pciPath: null, speedMbps: 10000 }], pciPath: null, speedMbps: 10000 },
+      {
+        name: 'lo',
+        nics: [{ name: 'lo', address: '127.0.0.1', family: 4, pciPath: null, speedMbps: 10000, mac: '02:00:00:00:00:01', guid }],
+        pciPath: null,
+        speedMbps: 10000,
+        guid,
+      },
     ]);
     expect(discoverDevices({ sysRoot, addresses, family: 6 })[0].nics[0].address).toBe('::1');
   });
@@ -254,7 +276,7 @@ describe('discoverDevices: TSNET_DEVICE_GROUPS', () => {
     const ifs: Record<string, FakeIf> = {};
     const addresses: Addresses = {};
     for (let i = 0; i < 7; i++) {
-      ifs[`eth${i}`] = { operstate: 'up', speed: String(1000 * (i + 1)), pci: `0000:0${i}:00.0` };
+      ifs[`eth${i}`] = { operstate: 'up', speed: String(1000 * (i + 1)), pci: `0000:0${i}:00.0`, mac: `b8:ce:f6:00:0${i}:00`, assign: '0' };
       addresses[`eth${i}`] = [v4(`10.0.${i}.1`)];
     }
     return { ...sysfs(ifs), addresses };
@@ -317,5 +339,132 @@ describe('discoverDevices: TSNET_DEVICE_GROUPS', () => {
     const { sysRoot, addresses } = many();
     const e = thrown(() => discoverDevices({ sysRoot, addresses, groups: 'eth0+' }));
     expect(e.message).toContain('TSNET_DEVICE_GROUPS=eth0+');
+  });
+});
+
+describe('discoverDevices: guids', () => {
+  const all = '^none'; // NCCL_SOCKET_IFNAME that keeps every interface
+  const guids = (devs: { name: string; guid: bigint }[]) => Object.fromEntries(devs.map((d) => [d.name, d.guid]));
+
+  it('a NIC with its permanent address: hashed from the address alone, whatever its name or host', () => {
+    const { sysRoot, addresses } = host();
+    const g = guids(discoverDevices({ sysRoot, addresses, hostId: 'host-a' }));
+    expect(g.eth0).toBe(guidOf('mac:b8:ce:f6:00:17:00'));
+    expect(g.eth1).toBe(guidOf('mac:b8:ce:f6:00:17:01'));
+    const renamed = sysfs({ ens5f0: { operstate: 'up', pci: '0000:17:00.0', mac: 'B8:CE:F6:00:17:00', assign: '0' } });
+    const r = discoverDevices({ sysRoot: renamed.sysRoot, addresses: { ens5f0: [v4('10.0.0.10')] }, hostId: 'host-b' });
+    expect(r[0].guid).toBe(g.eth0);
+  });
+
+  it('every device of a host has its own guid, and one that fits 64 bits and is not 0', () => {
+    const { sysRoot, addresses } = host();
+    const devs = discoverDevices({ sysRoot, addresses, ifname: all, hostId: 'host-a' });
+    expect(names(devs)).toEqual(['docker0', 'eth0', 'eth1', 'lo', 'veth1a2b', 'virbr0']);
+    expect(new Set(devs.map((d) => d.guid)).size).toBe(devs.length);
+    for (const d of devs) {
+      expect(d.guid).toBeGreaterThan(0n);
+      expect(d.guid).toBeLessThan(1n << 64n);
+      expect(d.nics[0].guid).toBe(d.guid);
+    }
+  });
+
+  it('the same in every discovery (every process) of a host', () => {
+    const { sysRoot, addresses } = host();
+    const once = guids(discoverDevices({ sysRoot, addresses, ifname: all, hostId: 'host-a' }));
+    const again = guids(discoverDevices({ sysRoot, addresses, ifname: all, hostId: 'host-a' }));
+    expect(again).toEqual(once);
+    // An interface filter or family changes which devices exist, not their guids.
+    const eth = guids(discoverDevices({ sysRoot, addresses, ifname: 'eth', family: 6, hostId: 'host-a' }));
+    expect(eth).toEqual({ eth0: once.eth0, eth1: once.eth1 });
+  });
+
+  it('lo (all-zero address) and addresses that are not the NIC\'s own: host id, name and address', () => {
+    const { sysRoot, addresses } = host();
+    const a = guids(discoverDevices({ sysRoot, addresses, ifname: all, hostId: 'host-a' }));
+    expect(a.lo).toBe(guidOf('if:host-a/lo/00:00:00:00:00:00'));
+    expect(a.veth1a2b).toBe(guidOf('if:host-a/veth1a2b/9a:3f:41:0c:7d:e2')); // random
+    expect(a.docker0).toBe(guidOf('if:host-a/docker0/02:42:5e:11:22:33')); // set
+    const b = guids(discoverDevices({ sysRoot, addresses, ifname: all, hostId: 'host-b' }));
+    expect(b.lo).not.toBe(a.lo);
+    expect(b.eth0).toBe(a.eth0);
+  });
+
+  it('a VLAN or bond with a stolen address differs from the NIC it took it from', () => {
+    const { sysRoot } = sysfs({
+      eth0: { operstate: 'up', pci: '0000:17:00.0', mac: 'b8:ce:f6:00:17:00', assign: '0' },
+      'eth0.100': { operstate: 'up', mac: 'b8:ce:f6:00:17:00', assign: '2' },
+      bond0: { operstate: 'up', mac: 'b8:ce:f6:00:17:00', assign: '2' },
+    });
+    const addresses = { eth0: [v4('10.0.0.1')], 'eth0.100': [v4('10.1.0.1')], bond0: [v4('10.2.0.1')] };
+    const g = guids(discoverDevices({ sysRoot, addresses, hostId: 'h' }));
+    expect(g.eth0).toBe(guidOf('mac:b8:ce:f6:00:17:00'));
+    expect(g['eth0.100']).toBe(guidOf('if:h/eth0.100/b8:ce:f6:00:17:00'));
+    expect(new Set(Object.values(g)).size).toBe(3);
+  });
+
+  it('no address or addr_assign_type file, or an empty one: the address from the OS, not taken as permanent', () => {
+    const { sysRoot } = sysfs({
+      n0: { operstate: 'up' },
+      n1: { operstate: 'up', mac: 'b8:ce:f6:00:00:01' },
+      n2: { operstate: 'up', mac: 'b8:ce:f6:00:00:02', assign: '' },
+    });
+    const addresses = { n0: [v4('10.0.0.1')], n1: [v4('10.0.0.2')], n2: [v4('10.0.0.3')] };
+    const devs = discoverDevices({ sysRoot, addresses, hostId: 'h' });
+    expect(devs.map((d) => [d.name, d.nics[0].mac, d.guid])).toEqual([
+      ['n0', '02:00:00:00:00:01', guidOf('if:h/n0/02:00:00:00:00:01')],
+      ['n1', 'b8:ce:f6:00:00:01', guidOf('if:h/n1/b8:ce:f6:00:00:01')],
+      ['n2', 'b8:ce:f6:00:00:02', guidOf('if:h/n2/b8:ce:f6:00:00:02')],
+    ]);
+  });
+
+  it('two NICs claiming one permanent address still get distinct guids', () => {
+    const { sysRoot } = sysfs({
+      a: { operstate: 'up', pci: '0000:01:00.0', mac: 'b8:ce:f6:00:00:01', assign: '0' },
+      b: { operstate: 'up', pci: '0000:02:00.0', mac: 'b8:ce:f6:00:00:01', assign: '0' },
+      c: { operstate: 'up', pci: '0000:03:00.0', mac: 'b8:ce:f6:00:00:03', assign: '0' },
+    });
+    const addresses = { a: [v4('10.0.0.1')], b: [v4('10.0.0.2')], c: [v4('10.0.0.3')] };
+    const g = guids(discoverDevices({ sysRoot, addresses, hostId: 'h' }));
+    expect(g).toEqual({
+      a: guidOf('if:h/a/b8:ce:f6:00:00:01'),
+      b: guidOf('if:h/b/b8:ce:f6:00:00:01'),
+      c: guidOf('mac:b8:ce:f6:00:00:03'),
+    });
+  });
+});
+
+describe('discoverDevices: guids of multi-NIC devices', () => {
+  function four() {
+    const ifs: Record<string, FakeIf> = {};
+    const addresses: Addresses = {};
+    for (let i = 0; i < 4; i++) {
+      ifs[`eth${i}`] = { operstate: 'up', pci: `0000:0${i}:00.0`, mac: `b8:ce:f6:00:0${i}:00`, assign: '0' };
+      addresses[`eth${i}`] = [v4(`10.0.${i}.1`)];
+    }
+    return { ...sysfs(ifs), addresses };
+  }
+
+  it('a group\'s guid comes from its members, in any order, and differs from each member\'s', () => {
+    const { sysRoot, addresses } = four();
+    const single = Object.fromEntries(discoverDevices({ sysRoot, addresses }).map((d) => [d.name, d.guid]));
+    const ab = discoverDevices({ sysRoot, addresses, groups: 'eth1+eth0' })[0];
+    const ba = discoverDevices({ sysRoot, addresses, groups: 'eth0+eth1' })[0];
+    expect(ab.guid).toBe(groupGuid([single.eth1, single.eth0]));
+    expect(ba.guid).toBe(ab.guid);
+    expect(ab.guid).not.toBe(single.eth0);
+    expect(ab.guid).not.toBe(single.eth1);
+    expect(ab.nics.map((n) => n.guid)).toEqual([single.eth1, single.eth0]);
+  });
+
+  it('groups and the single devices beside them are all distinct; a one-NIC group keeps its NIC\'s guid', () => {
+    const { sysRoot, addresses } = four();
+    const single = Object.fromEntries(discoverDevices({ sysRoot, addresses }).map((d) => [d.name, d.guid]));
+    const devs = discoverDevices({ sysRoot, addresses, groups: 'eth0+eth1,eth2' });
+    expect(names(devs)).toEqual(['eth0+eth1', 'eth2', 'eth3']);
+    expect(devs[1].guid).toBe(single.eth2);
+    expect(devs[2].guid).toBe(single.eth3);
+    expect(new Set(devs.map((d) => d.guid)).size).toBe(3);
+    const other = discoverDevices({ sysRoot, addresses, groups: 'eth0+eth2,eth1+eth3' });
+    expect(new Set([...devs, ...other].map((d) => d.guid)).size).toBe(5);
   });
 });

@@ -1,12 +1,16 @@
-// Shared helpers of the unit suites: settling the event loop, capturing the plugin's log,
-// byte patterns, and a sender/receiver pair over a real loopback link.
-import { afterEach, beforeEach } from 'vitest';
-import { type Config, readConfig } from '../../plugin/config';
-import { setLogSink } from '../../plugin/log';
-import { Receiver, type RecvBuf } from '../../plugin/protocol/receiver';
+// Shared helpers of the unit suites: settling the event loop, capturing the plugin's log, byte
+// patterns, registered memory with guard bytes, and a Sender/Receiver pair over an in-memory
+// link (plugin/transports/memory-link.ts) whose calls are recorded.
+import { type Region, Regions } from '../../plugin/memory';
+import { type LinkEvents, type RxRing, SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../plugin/protocol/link';
+import { DEFAULT_POLICIES, type SchedulePolicy } from '../../plugin/protocol/policies';
+import { Receiver, newRecvArgs } from '../../plugin/protocol/receiver';
 import { Sender } from '../../plugin/protocol/sender';
-import type { Done, Lane, Link } from '../../plugin/transports/lane';
-import { LoopbackTransport } from '../../plugin/transports/loopback';
+import { memoryLinkPair } from '../../plugin/transports/memory-link';
+
+import { KiB, allBytes, fill, prng } from '../support/data';
+
+export { KiB, MiB, type LogLine, allBytes, captureLog, fill, firstDiff, prng } from '../support/data';
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
@@ -25,128 +29,234 @@ export async function settle(probe: () => unknown = () => 0, maxTurns = 10_000):
   }
 }
 
-export interface LogLine {
-  level: number;
-  flags: number;
-  msg: string;
-}
 
-/** Captures every log line of the plugin for the tests of the calling file (no stderr noise). */
-export function captureLog(): LogLine[] {
-  const lines: LogLine[] = [];
-  beforeEach(() => {
-    lines.length = 0;
-    setLogSink((level, flags, msg) => lines.push({ level, flags, msg }), true);
-  });
-  afterEach(() => setLogSink(() => {}));
-  return lines;
-}
-
-/** A deterministic byte pattern, different for each seed. */
-export function fill(view: Uint8Array, seed: number): Uint8Array {
-  let x = (seed * 2654435761 + 12345) >>> 0;
-  for (let i = 0; i < view.length; i++) {
-    x = (x * 1103515245 + 12345) >>> 0;
-    view[i] = x >>> 24;
+/** xs in a seeded random order. */
+export function shuffled<T>(xs: readonly T[], seed: number): T[] {
+  const r = prng(seed);
+  const out = [...xs];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1));
+    [out[i], out[j]] = [out[j], out[i]];
   }
-  return view;
+  return out;
 }
 
-/** Index of the first byte where a and b differ, -1 when equal (lengths must match). */
-export function firstDiff(a: Uint8Array, b: Uint8Array): number {
-  if (a.length !== b.length) return Math.min(a.length, b.length);
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return i;
-  return -1;
-}
-
-/** True when every byte of v is value. */
-export const allBytes = (v: Uint8Array, value: number) => v.every((b) => b === value);
-
+/** A request's end as the protocol reported it. */
 export interface Completion {
   slot: number;
   code: number;
   sizes: number[];
 }
 
-/** Bytes a lane has been asked to write. */
-export interface Counted extends Lane {
-  written: number;
-  writes: number;
+export const bySlot = (list: Completion[]) => [...list].sort((a, b) => a.slot - b.slot);
+
+// --- Memory
+
+/** The value of every byte around a buffer (and of a receive buffer before data lands). */
+export const GUARD_BYTE = 0xee;
+/** Guard bytes on each side of a buffer. */
+export const GUARD = 64;
+
+/** A buffer inside a registered region, with guard bytes on both sides. */
+export interface Buf {
+  region: Region;
+  offset: number;
+  size: number;
+  /** The buffer's bytes. */
+  view: Uint8Array;
+  /** The region's bytes outside the buffer are all GUARD_BYTE. */
+  guarded(): boolean;
 }
 
-function countLane(lane: Lane): Counted {
-  const c: Counted = {
-    written: 0,
-    writes: 0,
-    write(views: Uint8Array[], done: Done) {
-      c.writes++;
-      c.written += views.reduce((n, v) => n + v.length, 0);
-      lane.write(views, done);
-    },
-    read: (view, done) => lane.read(view, done),
-    close: () => lane.close(),
-  };
-  return c;
+/** Registered memory as the plugin has it: regions at fake addresses (0x1000_0000 * id) over real ArrayBuffers. */
+export class TestMemory {
+  readonly regions = new Regions();
+  private nextId = 1;
+
+  /** A region of bytes, filled with GUARD_BYTE. */
+  region(bytes: number): Region {
+    const id = this.nextId++;
+    const r = this.regions.add(id, 0, new ArrayBuffer(bytes), 0x1000_0000 * id);
+    r.bytes.fill(GUARD_BYTE);
+    return r;
+  }
+
+  /**
+   * A buffer of size bytes in a region of its own, after GUARD + skew guard bytes (an odd
+   * skew gives unaligned addresses); filled with pattern seed when given, else GUARD_BYTE.
+   */
+  buf(size: number, seed?: number, skew = 0): Buf {
+    const offset = GUARD + skew;
+    const region = this.region(size + offset + GUARD);
+    const view = region.bytes.subarray(offset, offset + size);
+    if (seed !== undefined) fill(view, seed);
+    return {
+      region,
+      offset,
+      size,
+      view,
+      guarded: () => allBytes(region.bytes.subarray(0, offset), GUARD_BYTE) && allBytes(region.bytes.subarray(offset + size), GUARD_BYTE),
+    };
+  }
 }
 
-/** A Link whose lanes count the bytes written through them. */
-export interface CountingLink extends Link {
-  readonly control: Counted;
-  readonly data: readonly Counted[];
+// --- A link whose calls are recorded
+
+export interface FrameCall {
+  type: number;
+  flags: number;
+  tag: number;
+  seq: number;
+  size: number;
+  addr: number;
+  len: number;
 }
 
-export function countingLink(link: Link): CountingLink {
-  return {
-    control: countLane(link.control),
-    data: link.data.map(countLane),
-    onFail: (cb) => link.onFail(cb),
-    close: () => link.close(),
-    description: link.description,
-  };
+export interface IoCall {
+  lane: number;
+  addr: number;
+  len: number;
+}
+
+/** A StreamLink that records what the protocol asks of it and passes it on. */
+export class SpyLink implements StreamLink {
+  readonly frames: FrameCall[] = [];
+  readonly writes: IoCall[] = [];
+  readonly reads: IoCall[] = [];
+  readonly cancels: { base: number; len: number }[] = [];
+  readonly closes: boolean[] = [];
+  /** Every op token handed to the link. */
+  readonly ops: number[] = [];
+
+  /** journal: where close() says so ("close <name>"), in order with other events of a test. */
+  constructor(
+    readonly inner: StreamLink,
+    private readonly journal?: string[],
+    private readonly name = 'link',
+  ) {}
+
+  get lanes(): number {
+    return this.inner.lanes;
+  }
+  get rx(): RxRing {
+    return this.inner.rx;
+  }
+  get policy(): SchedulePolicy {
+    return this.inner.policy;
+  }
+  get description(): string {
+    return this.inner.description;
+  }
+  get heard(): number {
+    return this.inner.heard;
+  }
+  get wrote(): number {
+    return this.inner.wrote;
+  }
+  attach(events: LinkEvents): void {
+    this.inner.attach(events);
+  }
+  frame(type: number, flags: number, tag: number, seq: number, size: number, addr: number, len: number, op: number): void {
+    this.frames.push({ type, flags, tag, seq, size, addr, len });
+    this.ops.push(op);
+    this.inner.frame(type, flags, tag, seq, size, addr, len, op);
+  }
+  write(lane: number, addr: number, len: number, op: number): void {
+    this.writes.push({ lane, addr, len });
+    this.ops.push(op);
+    this.inner.write(lane, addr, len, op);
+  }
+  read(lane: number, addr: number, len: number, op: number): void {
+    this.reads.push({ lane, addr, len });
+    this.ops.push(op);
+    this.inner.read(lane, addr, len, op);
+  }
+  cancel(base: number, len: number): { reads: number; writes: number } {
+    this.cancels.push({ base, len });
+    return this.inner.cancel(base, len);
+  }
+  close(graceful: boolean): boolean {
+    this.closes.push(graceful);
+    this.journal?.push(`close ${this.name}`);
+    return this.inner.close(graceful);
+  }
+}
+
+// --- A Sender and a Receiver over one in-memory link
+
+/** The schedule of the tests unless they say otherwise: 64 KiB eager, 128 KiB stripes, 4 lanes. */
+export function policyOf(over: Partial<SchedulePolicy> = {}): SchedulePolicy {
+  return { eagerMax: 64 * KiB, minStripe: 128 * KiB, lanes: 4, ...DEFAULT_POLICIES, ...over };
+}
+
+/** One buffer of a receive: where (null: no region) and its tag; size defaults to the buffer's. */
+export interface Entry {
+  buf: Buf | null;
+  tag: number;
+  size?: number;
 }
 
 export interface Pair {
-  config: Config;
-  transport: LoopbackTransport;
+  mem: TestMemory;
+  policy: SchedulePolicy;
   sender: Sender;
   receiver: Receiver;
-  /** The sender's link, counting bytes per lane. */
-  sendLink: CountingLink;
-  recvLink: Link;
+  sendLink: SpyLink;
+  recvLink: SpyLink;
   sent: Completion[];
   received: Completion[];
+  /** Link closes and completions in the order they happened: "close send", "sent 3", "received 0". */
+  journal: string[];
+  /** isend of a whole buffer (or size bytes of it; null: no region, size 0 unless given). */
+  send(slot: number, buf: Buf | null, tag: number, size?: number): void;
+  /** irecv of the given buffers. */
+  recv(slot: number, ...entries: Entry[]): void;
   /** Settles until neither side reports anything new. */
   settle(): Promise<void>;
 }
 
-/** A Sender and a Receiver over one loopback link, configured by env (TSNET_TRANSPORT=loopback implied). */
-export function pair(env: Record<string, string | undefined> = {}): Pair {
-  const { config } = readConfig({ TSNET_TRANSPORT: 'loopback', ...env });
-  const transport = new LoopbackTransport(config);
-  const listener = transport.listen(0);
-  const raw = transport.connect(0, listener.handle).poll();
-  const recvLink = listener.accept();
-  if (!raw || !recvLink) throw new Error('loopback connect/accept did not give links');
-  const sendLink = countingLink(raw);
+/** A started Sender and Receiver over memoryLinkPair, rings sized as the transports size them. */
+export function pair(over: Partial<SchedulePolicy> = {}, slots = 256): Pair {
+  const policy = policyOf(over);
+  const mem = new TestMemory();
+  const [a, b] = memoryLinkPair(mem.regions, policy, { send: SEND_RING_BYTES, recv: recvRingBytes(policy.eagerMax) }, 'test link');
+  const journal: string[] = [];
+  const sendLink = new SpyLink(a, journal, 'send');
+  const recvLink = new SpyLink(b, journal, 'recv');
   const sent: Completion[] = [];
   const received: Completion[] = [];
-  const sender = new Sender(sendLink, transport.policy, (slot, code, sizes) => sent.push({ slot, code, sizes: [...sizes] }), 'test');
-  const receiver = new Receiver(recvLink, transport.policy, (slot, code, sizes) => received.push({ slot, code, sizes: [...sizes] }), 'test');
+  const sender = new Sender(sendLink, (slot, code, sizes, n) => {
+    sent.push({ slot, code, sizes: Array.from(sizes).slice(0, n) });
+    journal.push(`sent ${slot}`);
+  }, 'test-send', slots);
+  const receiver = new Receiver(recvLink, (slot, code, sizes, n) => {
+    received.push({ slot, code, sizes: Array.from(sizes).slice(0, n) });
+    journal.push(`received ${slot}`);
+  }, 'test-recv', slots);
+  sender.start();
+  receiver.start();
+  const args = newRecvArgs();
   return {
-    config,
-    transport,
+    mem,
+    policy,
     sender,
     receiver,
     sendLink,
     recvLink,
     sent,
     received,
+    journal,
+    send: (slot, buf, tag, size) => sender.isend(slot, buf ? buf.region : null, buf ? buf.offset : 0, size ?? buf?.size ?? 0, tag),
+    recv: (slot, ...entries) => {
+      args.n = entries.length;
+      entries.forEach((e, i) => {
+        args.regions[i] = e.buf ? e.buf.region : null;
+        args.offsets[i] = e.buf ? e.buf.offset : 0;
+        args.sizes[i] = e.size ?? e.buf?.size ?? 0;
+        args.tags[i] = e.tag;
+      });
+      receiver.irecv(slot, args);
+    },
     settle: () => settle(() => [sent.length, received.length]),
   };
 }
-
-/** A receive buffer over view. */
-export const buf = (view: Uint8Array, tag = 0): RecvBuf => ({ view, size: view.length, tag });
-
-export const KiB = 1024;
-export const MiB = 1024 * KiB;

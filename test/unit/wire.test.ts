@@ -1,9 +1,11 @@
 // The TCP transport's bytes outside the protocol: the handle NCCL carries from the listener
-// to the connector (at most 128 bytes) and the 40-byte HELLO every socket starts with.
+// to the connector (at most 128 bytes) and the 48-byte HELLO (protocol version 2) every socket
+// starts with, which carries the sender's policy ids.
 import * as net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { ResultCode } from '../../plugin/abi';
 import { NetError } from '../../plugin/errors';
+import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, byId } from '../../plugin/protocol/policies';
 import {
   HANDLE_MAGIC,
   HELLO_BYTES,
@@ -195,6 +197,7 @@ describe('HELLO', () => {
     eagerMax: 16384,
     minStripe: 131072,
     status: 0,
+    policies: [1, 1, 1],
     ...over,
   });
 
@@ -204,6 +207,8 @@ describe('HELLO', () => {
     hello({ role: Role.ACK, status: 7 }),
     hello({ lanes: 0, eagerMax: 0, minStripe: 4096 }),
     hello({ lanes: 64, lane: 63, role: Role.DATA, eagerMax: 1 << 20, minStripe: 64 << 20, status: 0xffffffff }),
+    hello({ policies: [1, 2, 2] }),
+    hello({ policies: [255, 0, 7] }),
   ])('round trip %#', (h) => {
     const b = encodeHello(h);
     expect(b.length).toBe(HELLO_BYTES);
@@ -214,11 +219,41 @@ describe('HELLO', () => {
     expect(d).toEqual(h);
   });
 
-  it('a HELLO of the wrong length says how long it is', () => {
+  it('is version 2, 48 bytes', () => {
+    expect(PROTOCOL_VERSION).toBe(2);
+    expect(HELLO_BYTES).toBe(48);
+  });
+
+  it('lays out the documented fields: magic, version, role, lane, nonce, connection id, lanes, eagerMax, minStripe, status, policy ids, zeros', () => {
+    const b = encodeHello(hello({ role: Role.DATA, lane: 2, lanes: 3, eagerMax: 0x1234, minStripe: 0x20000, status: 9, policies: [1, 2, 2] }));
+    expect(b.readUInt32LE(0)).toBe(HELLO_MAGIC);
+    expect(b.readUInt16LE(4)).toBe(2);
+    expect([b[6], b[7]]).toEqual([Role.DATA, 2]);
+    expect(b.subarray(8, 16).equals(NONCE)).toBe(true);
+    expect(b.subarray(16, 24).toString('hex')).toBe('a1a2a3a4a5a6a7a8');
+    expect([b.readUInt32LE(24), b.readUInt32LE(28), b.readUInt32LE(32), b.readUInt32LE(36)]).toEqual([3, 0x1234, 0x20000, 9]);
+    expect([...b.subarray(40, 43)]).toEqual([1, 2, 2]);
+    expect([...b.subarray(43, 48)]).toEqual([0, 0, 0, 0, 0]);
+  });
+
+  it('carries the sender\'s policy ids, every known combination', () => {
+    for (const e of EAGER_POLICIES)
+      for (const s of STRIPE_POLICIES)
+        for (const l of LANE_POLICIES) {
+          const d = decodeHello(encodeHello(hello({ policies: [e.id, s.id, l.id] }))) as Hello;
+          expect(d.policies).toEqual([e.id, s.id, l.id]);
+          expect([byId(EAGER_POLICIES, d.policies[0]), byId(STRIPE_POLICIES, d.policies[1]), byId(LANE_POLICIES, d.policies[2])]).toEqual([e, s, l]);
+        }
+    // Ids this tsnet does not know still decode: the listener refuses them by name.
+    expect((decodeHello(encodeHello(hello({ policies: [0, 200, 255] }))) as Hello).policies).toEqual([0, 200, 255]);
+  });
+
+  it('a HELLO of the wrong length says how long it is (a version 1 HELLO was 40 bytes)', () => {
     const b = encodeHello(hello());
-    expect(decodeHello(b.subarray(0, 39))).toMatch(/39 bytes/);
-    expect(decodeHello(Buffer.concat([b, Buffer.alloc(1)]))).toMatch(/41 bytes/);
-    expect(decodeHello(Buffer.alloc(0))).toMatch(/0 bytes/);
+    expect(decodeHello(b.subarray(0, 40))).toBe('a greeting of 40 bytes');
+    expect(decodeHello(b.subarray(0, 47))).toBe('a greeting of 47 bytes');
+    expect(decodeHello(Buffer.concat([b, Buffer.alloc(1)]))).toBe('a greeting of 49 bytes');
+    expect(decodeHello(Buffer.alloc(0))).toBe('a greeting of 0 bytes');
   });
 
   it('a bad magic is named', () => {
@@ -233,9 +268,11 @@ describe('HELLO', () => {
   });
 
   it('another protocol version is named with both versions', () => {
-    const b = encodeHello(hello());
-    b.writeUInt16LE(9, 4);
-    expect(decodeHello(b)).toMatch(new RegExp(`protocol version 9, expected ${PROTOCOL_VERSION}`));
+    for (const v of [1, 3, 9]) {
+      const b = encodeHello(hello());
+      b.writeUInt16LE(v, 4);
+      expect(decodeHello(b)).toBe(`protocol version ${v}, expected 2`);
+    }
   });
 
   it.each([0, 4, 200])('role %i is unknown', (role) => {

@@ -1,26 +1,49 @@
 // The TCP transport. A comm is one control socket plus N data sockets; listen fills the
 // handle with the device's addresses, a port and a random nonce; connect/accept are
 // non-blocking state machines that NCCL's retries drive. Every new socket greets with a
-// HELLO (magic, protocol version, nonce, connection id) and is refused with a WARN
-// otherwise, so a stranger on the port never becomes a comm nor breaks the listener.
+// HELLO (magic, protocol version, nonce, connection id) and is refused otherwise (a WARN
+// for the first few, then a count: refusals.ts), so a stranger on the port never becomes a
+// comm nor breaks the listener.
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
 import type { Config } from '../../config';
-import { NetError, systemError } from '../../errors';
+import type { LaneBinding } from '../../engine/native-link';
+import { NativeLink } from '../../engine/native-link';
+import type { Port } from '../../engine/port';
+import { NetError, internalError, systemError } from '../../errors';
 import { log } from '../../log';
-import type { SchedulePolicy } from '../../protocol/schedule';
-import { type Lane, LaneLink, type Link } from '../lane';
-import { type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type Transport } from '../transport';
+import { SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../protocol/link';
+import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, type SchedulePolicy, byId, configuredPolicy } from '../../protocol/policies';
+import { guidText } from '../guid';
+import { recvComm, sendComm } from '../stream';
+import { type CommHooks, type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type RecvComm, type SendComm, type Transport } from '../transport';
 import { type NetDevice, discoverDevices } from './devices';
-import { NodeLane } from './node-lane';
+import { RefusalLog } from './refusals';
 import { HELLO_BYTES, type Hello, Role, decodeHandle, decodeHello, encodeHandle, encodeHello } from './wire';
 
-/** Turns a greeted, paused socket into a lane (index 0 is the control lane; the native I/O lanes plug in here). */
-export type LaneMaker = (sock: net.Socket, onFail: (err: Error) => void, index: number) => Lane;
+/** The native engine a TCP link's sockets are handed to. */
+export interface TcpIo {
+  binding: LaneBinding;
+  port: Port;
+}
 
-export const nodeLanes: LaneMaker = (sock, onFail) => new NodeLane(sock, onFail);
+/** The fd of a connected, paused Node socket with nothing buffered either way. */
+function fdOf(s: net.Socket): number {
+  const fd = (s as unknown as { _handle?: { fd?: number } })._handle?.fd;
+  if (typeof fd !== 'number' || fd < 0) throw internalError('the socket has no file descriptor (not connected?)');
+  if (s.readableLength > 0) throw internalError(`${s.readableLength} unread bytes wait in a Node socket being handed over`);
+  if (s.writableLength > 0) throw internalError(`${s.writableLength} bytes are still queued in a Node socket being handed over`);
+  return fd;
+}
 
-/** Reads the 40-byte greeting, then leaves the socket paused with nothing buffered. */
+/** Hands the sockets (control first) to the native engine as one link; Node's sockets go. */
+function adopt(io: TcpIo, socks: net.Socket[], policy: SchedulePolicy, what: string, rxBytes: number): StreamLink {
+  const link = new NativeLink(io.port, io.binding, socks.map(fdOf), policy, what, rxBytes);
+  for (const s of socks) s.destroy(); // closes Node's fds only: the engine holds dups
+  return link;
+}
+
+/** Reads the greeting (HELLO_BYTES), then leaves the socket paused with nothing buffered. */
 function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefined, h?: Hello) => void): void {
   const parts: Buffer[] = [];
   let have = 0;
@@ -68,14 +91,16 @@ class TcpListener implements Listener {
   private readonly server: net.Server;
   private readonly nonce = randomBytes(8);
   private readonly incoming = new Map<string, Incoming>();
-  private readonly ready: Link[] = [];
+  private readonly ready: StreamLink[] = [];
+  private readonly refusals: RefusalLog;
   private closed = false;
 
   constructor(
     private readonly dev: NetDevice,
-    private readonly makeLane: LaneMaker,
+    private readonly io: TcpIo,
     private readonly timeoutMs: number,
   ) {
+    this.refusals = new RefusalLog(`listener on ${dev.name}`);
     this.server = net.createServer((s) => this.greet(s));
     this.server.on('error', (e) => log.warn(`listener on ${dev.name}: ${e.message}`));
     // Bound synchronously (no host name lookup), on every address: the handle names the device's.
@@ -87,16 +112,20 @@ class TcpListener implements Listener {
     });
   }
 
-  accept(): Link | undefined {
-    return this.ready.shift();
+  accept(hooks: CommHooks): RecvComm | undefined {
+    const link = this.ready.shift();
+    return link && recvComm(link, hooks);
   }
 
   close(): void {
     this.closed = true;
+    this.refusals.close();
     this.server.close();
+    const waiting = this.incoming.size + this.ready.length;
     for (const inc of this.incoming.values()) this.drop(inc);
     this.incoming.clear();
-    this.ready.splice(0).forEach((l) => l.close());
+    this.ready.splice(0).forEach((l) => l.close(false));
+    if (waiting) log.info(`listener on ${this.dev.name}: closed with ${waiting} connection(s) not yet accepted; dropped`);
   }
 
   private greet(s: net.Socket): void {
@@ -105,7 +134,7 @@ class TcpListener implements Listener {
     readHello(s, this.timeoutMs, (err, h) => {
       if (this.closed) return s.destroy();
       const refuse = (why: string) => {
-        log.warn(`listener on ${this.dev.name}: refused a connection from ${from}: ${why}`);
+        this.refusals.refuse(from, why);
         s.destroy();
       };
       if (err || !h) return refuse(err?.message ?? 'no greeting');
@@ -118,7 +147,7 @@ class TcpListener implements Listener {
           socks: new Array(1 + h.lanes).fill(undefined),
           lanes: h.lanes,
           timer: setTimeout(() => {
-            log.warn(`listener on ${this.dev.name}: connection ${key} did not complete within ${this.timeoutMs} ms`);
+            this.refusals.refuse(from, `connection ${key} did not complete within ${this.timeoutMs} ms`);
             this.drop(this.incoming.get(key));
             this.incoming.delete(key);
           }, this.timeoutMs),
@@ -139,12 +168,35 @@ class TcpListener implements Listener {
 
   private complete(inc: Incoming, h: Hello): void {
     const socks = inc.socks as net.Socket[];
-    const policy = { eagerMax: h.eagerMax, minStripe: h.minStripe, lanes: h.lanes };
-    const link = new LaneLink((fail) => socks.map((s, i) => this.makeLane(s, fail, i)), `${socks[0].remoteAddress} -> ${this.dev.name}, ${h.lanes} data socket(s)`, policy);
-    // The ACK travels through the lanes themselves: nothing read from here on is lost.
+    const [eager, stripes, laneChoice] = [byId(EAGER_POLICIES, h.policies[0]), byId(STRIPE_POLICIES, h.policies[1]), byId(LANE_POLICIES, h.policies[2])];
+    if (!eager || !stripes || !laneChoice || h.lanes < 1) {
+      this.refusals.refuse(`${socks[0].remoteAddress}`, `the sender asks for policies ${h.policies.join('/')} and ${h.lanes} data lanes, which this tsnet does not know`);
+      socks.forEach((s) => s.destroy());
+      return;
+    }
+    const policy: SchedulePolicy = { eagerMax: h.eagerMax, minStripe: h.minStripe, lanes: h.lanes, eager, stripes, laneChoice };
+    // The ACK goes through Node before the sockets are handed over: once every one is written,
+    // no byte is left in Node, and the connector sends nothing before it has them all.
     const ack = encodeHello({ ...h, role: Role.ACK, status: 0 });
-    [link.control, ...link.data].forEach((l) => l.write([ack], () => {}));
-    this.ready.push(link);
+    let left = socks.length;
+    const what = `${socks[0].remoteAddress} -> ${this.dev.name}, ${h.lanes} data socket(s)`;
+    for (const s of socks)
+      s.write(ack, (err) => {
+        if (err) {
+          log.warn(`listener on ${this.dev.name}: a connection from ${socks[0].remoteAddress} failed during its handshake: ${err.message}`);
+          socks.forEach((x) => x.destroy());
+          left = -1;
+          return;
+        }
+        if (--left !== 0) return;
+        if (this.closed) return socks.forEach((x) => x.destroy()); // closed during the handshake
+        try {
+          this.ready.push(adopt(this.io, socks, policy, what, recvRingBytes(h.eagerMax)));
+        } catch (e) {
+          log.warn(`listener on ${this.dev.name}: ${(e as Error).message}`);
+          socks.forEach((x) => x.destroy());
+        }
+      });
   }
 
   private drop(inc: Incoming | undefined): void {
@@ -158,19 +210,21 @@ class TcpConnector implements Connector {
   private readonly socks: net.Socket[] = [];
   private acked = 0;
   private failed: NetError | undefined;
-  private link: Link | undefined;
+  private link: StreamLink | undefined;
+  private taken = false;
   private readonly timer: NodeJS.Timeout;
 
   constructor(
     dev: NetDevice,
     handle: Uint8Array,
     private readonly policy: SchedulePolicy,
-    private readonly makeLane: LaneMaker,
+    private readonly io: TcpIo,
     timeoutMs: number,
   ) {
     const h = decodeHandle(handle);
     const connId = randomBytes(8);
-    const base = { nonce: h.nonce, connId, lanes: policy.lanes, eagerMax: policy.eagerMax, minStripe: policy.minStripe, status: 0 };
+    const policies: [number, number, number] = [policy.eager.id, policy.stripes.id, policy.laneChoice.id];
+    const base = { nonce: h.nonce, connId, lanes: policy.lanes, eagerMax: policy.eagerMax, minStripe: policy.minStripe, status: 0, policies };
     const multi = dev.nics.length > 1 || h.rails.length > 1;
     for (let i = 0; i <= policy.lanes; i++) {
       // Socket i rides rail i mod rails: a multi-NIC device spreads its sockets over its NICs.
@@ -189,15 +243,17 @@ class TcpConnector implements Connector {
     this.timer = setTimeout(() => this.fail(systemError(`connect: no answer from ${h.rails[0].address}:${h.rails[0].port} within ${timeoutMs} ms`)), timeoutMs);
   }
 
-  poll(): Link | undefined {
+  poll(hooks: CommHooks): SendComm | undefined {
     if (this.failed) throw this.failed;
-    return this.link;
+    if (!this.link || this.taken) return undefined;
+    this.taken = true;
+    return sendComm(this.link, hooks);
   }
 
   close(): void {
     clearTimeout(this.timer);
     this.socks.forEach((s) => s.destroy());
-    this.link?.close();
+    if (!this.taken) this.link?.close(false);
   }
 
   private onAck(i: number, addr: string, err: Error | undefined, ack: Hello | undefined, nonce: Buffer): void {
@@ -209,7 +265,11 @@ class TcpConnector implements Connector {
     clearTimeout(this.timer);
     for (const s of this.socks) s.removeAllListeners('error');
     const to = `${this.socks[0].remoteAddress}:${this.socks[0].remotePort}`;
-    this.link = new LaneLink((fail) => this.socks.map((s, i) => this.makeLane(s, fail, i)), `-> ${to}, ${this.policy.lanes} data socket(s)`, this.policy);
+    try {
+      this.link = adopt(this.io, this.socks, this.policy, `-> ${to}, ${this.policy.lanes} data socket(s)`, SEND_RING_BYTES);
+    } catch (e) {
+      this.fail(e instanceof NetError ? e : systemError(`connect to ${to}: ${(e as Error).message}`));
+    }
   }
 
   private fail(err: NetError): void {
@@ -230,23 +290,32 @@ export class TcpTransport implements Transport {
 
   constructor(
     config: Config,
-    private readonly makeLane: LaneMaker = nodeLanes,
+    private readonly io: TcpIo,
     discovered?: NetDevice[],
   ) {
     this.netDevices = discovered ?? discoverDevices({ ifname: config.socketIfname, family: config.socketFamily, groups: config.deviceGroups });
     if (this.netDevices.length === 0)
       throw systemError(`no usable network interface${config.socketIfname ? ` matches NCCL_SOCKET_IFNAME=${config.socketIfname}` : ''}`);
-    this.devices = this.netDevices.map((d) => ({ name: d.name, pciPath: d.pciPath, speedMbps: d.speedMbps, rails: d.nics.length }));
-    for (const d of this.netDevices) log.info(`device ${d.name}: ${d.nics.map((n) => `${n.name} ${n.address}`).join(', ')}, ${d.speedMbps} Mbps`);
-    this.policy = { eagerMax: config.eagerMax, minStripe: config.minStripe, lanes: config.nsocks };
+    this.devices = this.netDevices.map((d) => ({ name: d.name, pciPath: d.pciPath, guid: d.guid, speedMbps: d.speedMbps, rails: d.nics.length }));
+    for (const d of this.netDevices)
+      log.info(`device ${d.name}: ${d.nics.map((n) => `${n.name} ${n.address}`).join(', ')}, ${d.speedMbps} Mbps, guid ${guidText(d.guid)}`);
+    this.policy = configuredPolicy(config);
     this.timeoutMs = config.timeoutSec * 1000;
   }
 
   listen(dev: number): Listener {
-    return new TcpListener(this.netDevices[dev], this.makeLane, this.timeoutMs);
+    return new TcpListener(this.netDevices[dev], this.io, this.timeoutMs);
   }
 
   connect(dev: number, handle: Uint8Array): Connector {
-    return new TcpConnector(this.netDevices[dev], handle, this.policy, this.makeLane, this.timeoutMs);
+    return new TcpConnector(this.netDevices[dev], handle, this.policy, this.io, this.timeoutMs);
+  }
+
+  poll(): void {
+    this.io.port.poll();
+  }
+
+  flush(): void {
+    this.io.port.flush();
   }
 }

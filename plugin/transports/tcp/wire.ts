@@ -4,14 +4,16 @@
 // handle: u32 magic 'TSNT', u16 version, u8 rails, u8 zero, 8-byte nonce, then per rail
 //         u8 family (4|6), u8 zero, u16 port, 16-byte address
 // HELLO:  u32 magic 'TSNH', u16 version, u8 role, u8 lane, 8-byte nonce, 8-byte connection id,
-//         u32 data lanes, u32 eagerMax, u32 minStripe, u32 status (ACK only)
+//         u32 data lanes, u32 eagerMax, u32 minStripe, u32 status (ACK only),
+//         u8 eager policy, u8 stripe policy, u8 lane policy, u8 zero, u32 zero (policy ids:
+//         plugin/protocol/policies/)
 import * as net from 'node:net';
 import { invalidArgument } from '../../errors';
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 export const HANDLE_MAGIC = 0x544e5354;
 export const HELLO_MAGIC = 0x484e5354;
-export const HELLO_BYTES = 40;
+export const HELLO_BYTES = 48;
 export const MAX_RAILS = 5;
 
 export interface RailAddr {
@@ -115,6 +117,8 @@ export interface Hello {
   eagerMax: number;
   minStripe: number;
   status: number;
+  /** The sender's policy ids: eager, stripes, lanes. */
+  policies: [number, number, number];
 }
 
 export function encodeHello(h: Hello): Buffer {
@@ -129,6 +133,7 @@ export function encodeHello(h: Hello): Buffer {
   b.writeUInt32LE(h.eagerMax, 28);
   b.writeUInt32LE(h.minStripe, 32);
   b.writeUInt32LE(h.status, 36);
+  h.policies.forEach((id, i) => b.writeUInt8(id, 40 + i));
   return b;
 }
 
@@ -150,5 +155,6 @@ export function decodeHello(b: Buffer): Hello | string {
     eagerMax: b.readUInt32LE(28),
     minStripe: b.readUInt32LE(32),
     status: b.readUInt32LE(36),
+    policies: [b.readUInt8(40), b.readUInt8(41), b.readUInt8(42)],
   };
 }

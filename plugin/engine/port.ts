@@ -1,0 +1,297 @@
+// This protocol thread's side of the native I/O engine (native/engine/): a submission ring to
+// every I/O thread and a completion ring back from each, in shared memory. The protocol writes
+// submissions straight into a ring during a turn; flush() publishes them at the end of the
+// turn and wakes only the I/O threads that sleep. poll() reads every completion that waits and
+// hands it to its link. No call into native code per message, no allocation per message.
+import { log } from '../log';
+import { CQE, CQE_RX, RING, SUB, SUB_F_IMM, type SubKind } from './records';
+
+/** What a link of this thread is told by the engine. */
+export interface CqeHandler {
+  /**
+   * An operation submitted with this link finished: status 0, EOF (-1000) or -errno; value: bytes.
+   * libfabric lanes: imm and flags (records.ts CqeFlag); op CQE_REMOTE for a peer's write.
+   */
+  onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number): void;
+  /** A control lane received bytes (status 0; value: its receive counter) or ended (status < 0). */
+  onRx(status: number, value: number, time: number): void;
+}
+
+/** The engine's functions this file needs (the binding, or a fake in tests). */
+export interface EngineBinding {
+  ioStart(threads: number, spinUs: number, lingerMs: number): number;
+  ioPort(): { sub: ArrayBuffer[]; cq: ArrayBuffer[]; sleeping: Int32Array; port: number };
+  ioWake(thread: number): void;
+}
+
+interface Overflow {
+  lane: number;
+  link: number;
+  op: number;
+  kind: SubKind;
+  flags: number;
+  addr: number;
+  len: number;
+  ftype: number;
+  fflags: number;
+  ftag: number;
+  fseq: number;
+  fsize: number;
+  imm?: number;
+  immHi?: number;
+}
+
+class SubRing {
+  readonly hdr: Uint32Array;
+  readonly u32: Uint32Array;
+  readonly i32: Int32Array;
+  readonly u16: Uint16Array;
+  readonly f64: Float64Array;
+  readonly mask: number;
+  tail: number;
+  head = 0; // last head seen
+  dirty = false;
+  readonly overflow: Overflow[] = [];
+
+  constructor(buf: ArrayBuffer) {
+    this.hdr = new Uint32Array(buf, 0, RING.bytes / 4);
+    this.u32 = new Uint32Array(buf);
+    this.i32 = new Int32Array(buf);
+    this.u16 = new Uint16Array(buf);
+    this.f64 = new Float64Array(buf);
+    this.mask = this.hdr[RING.mask / 4];
+    this.tail = Atomics.load(this.hdr, RING.tail / 4);
+  }
+
+  room(): number {
+    let room = this.mask + 1 - ((this.tail - this.head) >>> 0);
+    if (room === 0) {
+      this.head = Atomics.load(this.hdr, RING.head / 4);
+      room = this.mask + 1 - ((this.tail - this.head) >>> 0);
+    }
+    return room;
+  }
+
+  put(lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
+    ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
+    const b = RING.bytes + (this.tail & this.mask) * SUB.bytes;
+    const w = b >> 2;
+    const d = b >> 3;
+    const u32 = this.u32;
+    u32[w] = lane;
+    u32[w + 1] = link;
+    u32[w + 2] = op;
+    this.u16[(b + SUB.kind) >> 1] = kind;
+    this.u16[(b + SUB.inlineLen) >> 1] = ftype ? 24 : 0;
+    this.f64[d + 2] = addr;
+    this.f64[d + 3] = len;
+    u32[w + (SUB.flags >> 2)] = flags;
+    if (ftype) {
+      // The frame header (plugin/protocol/frames.ts): u8 type, u8 flags, u16 0, i32 tag, f64 seq, f64 size.
+      u32[w + 16] = ftype | (fflags << 8);
+      this.i32[w + 17] = ftag;
+      this.f64[d + 9] = fseq;
+      this.f64[d + 10] = fsize;
+    }
+    this.tail = (this.tail + 1) >>> 0;
+    this.dirty = true;
+  }
+
+  putOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
+    raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
+    const b = RING.bytes + (this.tail & this.mask) * SUB.bytes;
+    const w = b >> 2;
+    const d = b >> 3;
+    const u32 = this.u32;
+    u32[w] = lane;
+    u32[w + 1] = link;
+    u32[w + 2] = op;
+    this.u16[(b + SUB.kind) >> 1] = kind;
+    this.u16[(b + SUB.inlineLen) >> 1] = 0;
+    this.f64[d + 2] = addr;
+    this.f64[d + 3] = len;
+    this.f64[d + 4] = raddr;
+    u32[w + (SUB.rkeyLo >> 2)] = keyLo;
+    u32[w + (SUB.rkeyHi >> 2)] = keyHi;
+    u32[w + (SUB.imm >> 2)] = imm < 0 ? 0 : imm;
+    u32[w + (SUB.flags >> 2)] = imm < 0 ? 0 : SUB_F_IMM;
+    u32[w + (SUB.aux >> 2)] = peer;
+    u32[w + (SUB.mr >> 2)] = mr;
+    u32[w + (SUB.inl >> 2)] = imm < 0 ? 0 : immHi;
+    this.tail = (this.tail + 1) >>> 0;
+    this.dirty = true;
+  }
+}
+
+class CqRing {
+  readonly hdr: Uint32Array;
+  readonly u32: Uint32Array;
+  readonly i32: Int32Array;
+  readonly f64: Float64Array;
+  readonly mask: number;
+  head: number;
+
+  constructor(buf: ArrayBuffer) {
+    this.hdr = new Uint32Array(buf, 0, RING.bytes / 4);
+    this.u32 = new Uint32Array(buf);
+    this.i32 = new Int32Array(buf);
+    this.f64 = new Float64Array(buf);
+    this.mask = this.hdr[RING.mask / 4];
+    this.head = Atomics.load(this.hdr, RING.head / 4);
+  }
+}
+
+export class Port {
+  private static shared: Port | undefined;
+  readonly threads: number;
+  readonly index: number;
+  /** The time of the current turn (Date.now()), for liveness. */
+  now = Date.now();
+  /** Completions handled so far (statistics). */
+  completions = 0;
+  private readonly subs: SubRing[];
+  private readonly cqs: CqRing[];
+  private readonly sleeping: Int32Array;
+  private readonly links: (CqeHandler | undefined)[] = [undefined];
+  private readonly gens: number[] = [0];
+  private readonly freeLinks: number[] = [];
+
+  /** This thread's port; the first call on thread 0 starts the I/O threads. */
+  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number }): Port {
+    if (!Port.shared) {
+      binding.ioStart(opts.ioThreads, opts.spinUs, opts.lingerMs);
+      Port.shared = new Port(binding);
+    }
+    return Port.shared;
+  }
+
+  constructor(private readonly binding: EngineBinding) {
+    const p = binding.ioPort();
+    this.index = p.port;
+    this.subs = p.sub.map((b) => new SubRing(b));
+    this.cqs = p.cq.map((b) => new CqRing(b));
+    this.sleeping = p.sleeping;
+    this.threads = this.subs.length;
+  }
+
+  /** A new link id whose completions go to h. */
+  addLink(h: CqeHandler): number {
+    let i = this.freeLinks.pop();
+    if (i === undefined) {
+      i = this.links.length;
+      if (i > 0xffff) throw new Error('too many links on one protocol thread (65535)');
+      this.links.push(undefined);
+      this.gens.push(0);
+    }
+    this.links[i] = h;
+    return ((this.gens[i] << 16) | i) >>> 0;
+  }
+
+  /** Later completions of the link are dropped; its id may be reused (with another generation). */
+  removeLink(id: number): void {
+    const i = id & 0xffff;
+    if (this.links[i] === undefined || this.gens[i] !== id >>> 16) return;
+    this.links[i] = undefined;
+    this.gens[i] = (this.gens[i] + 1) & 0xffff;
+    this.freeLinks.push(i);
+  }
+
+  /** Queues a submission for I/O thread t (published by flush()). ftype > 0 adds a 24-byte frame header inline. */
+  submit(t: number, lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
+    ftype = 0, fflags = 0, ftag = 0, fseq = 0, fsize = 0): void {
+    const r = this.subs[t];
+    if (r.overflow.length === 0 && r.room() > 0) {
+      r.put(lane, link, op, kind, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+      return;
+    }
+    // The ring is full: keep order behind what waits (rare: 2048 submissions in one turn).
+    r.overflow.push({ lane, link, op, kind, flags, addr, len, ftype, fflags, ftag, fseq, fsize });
+  }
+
+  /**
+   * Queues a libfabric submission for I/O thread t (records.h TSN_SUB_OFI_*): [addr, addr+len)
+   * with registration mr, the peer, remote address and key, immediate data (imm >= 0), and for
+   * a send a first part [addr0, addr0+len0) with registration mr0.
+   */
+  submitOfi(t: number, lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number,
+    peer: number, raddr: number, keyLo: number, keyHi: number, imm: number, immHi = 0): void {
+    const r = this.subs[t];
+    if (r.overflow.length === 0 && r.room() > 0) {
+      r.putOfi(lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+      return;
+    }
+    r.overflow.push({ lane, link, op, kind, flags: -1, addr, len, ftype: mr, fflags: peer, ftag: keyLo, fseq: raddr, fsize: keyHi, imm, immHi });
+  }
+
+  /** Publishes every queued submission and wakes the I/O threads that sleep. */
+  flush(): void {
+    for (let t = 0; t < this.subs.length; t++) {
+      const r = this.subs[t];
+      if (r.overflow.length) {
+        let k = 0;
+        while (k < r.overflow.length && r.room() > 0) {
+          const o = r.overflow[k++];
+          if (o.flags === -1) r.putOfi(o.lane, o.link, o.op, o.kind, o.addr, o.len, o.ftype, o.fflags, o.fseq, o.ftag, o.fsize, o.imm!, o.immHi!);
+          else r.put(o.lane, o.link, o.op, o.kind, o.flags, o.addr, o.len, o.ftype, o.fflags, o.ftag, o.fseq, o.fsize);
+        }
+        r.overflow.splice(0, k);
+      }
+      if (!r.dirty) continue;
+      r.dirty = false;
+      Atomics.store(r.hdr, RING.tail / 4, r.tail);
+      if (Atomics.load(this.sleeping, t) === 1) this.binding.ioWake(t);
+    }
+  }
+
+  /**
+   * Publishes every queued submission, waiting for the I/O threads to make room where a ring is
+   * full. Close and cancel need it: the engine acts on what it has taken, and a submission left
+   * behind would reach the lane after them (or a new lane with the same id).
+   */
+  drain(): void {
+    this.flush();
+    if (!this.backlog) return;
+    const until = Date.now() + 10_000;
+    while (this.backlog) {
+      if (Date.now() > until) throw new Error('the I/O threads took no submissions for 10 s');
+      this.flush();
+    }
+  }
+
+  /** True while submissions wait for room in a full ring (the caller keeps turning). */
+  get backlog(): boolean {
+    return this.subs.some((r) => r.overflow.length > 0);
+  }
+
+  /** Hands every waiting completion to its link; returns how many there were. */
+  poll(): number {
+    this.now = Date.now(); // the turn's time: what the links' completions are stamped with
+    let count = 0;
+    for (let t = 0; t < this.cqs.length; t++) {
+      const r = this.cqs[t];
+      const tail = Atomics.load(r.hdr, RING.tail / 4);
+      let head = r.head;
+      if (head === tail) continue;
+      for (; head !== tail; head = (head + 1) >>> 0) {
+        const b = RING.bytes + (head & r.mask) * CQE.bytes;
+        const w = b >> 2;
+        const d = b >> 3;
+        const link = r.u32[w];
+        const h = this.links[link & 0xffff];
+        if (h === undefined || this.gens[link & 0xffff] !== link >>> 16) continue; // a closed link
+        const op = r.u32[w + 1];
+        try {
+          if (op === CQE_RX) h.onRx(r.i32[w + 2], r.f64[d + 2], r.f64[d + 4]);
+          else h.onOp(op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7]);
+        } catch (e) {
+          log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);
+        }
+        count++;
+      }
+      r.head = tail;
+      Atomics.store(r.hdr, RING.head / 4, tail);
+    }
+    this.completions += count;
+    return count;
+  }
+}
