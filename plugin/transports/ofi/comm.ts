@@ -1,0 +1,125 @@
+// What both ends of an ofi connection share: the id that immediate data and headers name, the
+// peer's comm id and addresses per rail, liveness (heartbeats, the dead-peer check) and the
+// first-failure-wins rule. A comm lives in its endpoint's table until it closes.
+import { type NetError, remoteError } from '../../errors';
+import { log } from '../../log';
+import { MAX_RAILS } from './config';
+import type { OfiEndpoint } from './endpoint';
+import type { Complete, Completion } from './fabric';
+import { OpKind } from './ops';
+import { nicOf } from './policy/rails';
+import { completionError } from './status';
+import { MsgKind, immMsg } from './wire';
+
+const OP_NAMES: Record<number, string> = {
+  [OpKind.EAGER]: 'eager send',
+  [OpKind.WRITE]: 'RDMA write',
+  [OpKind.CTRL]: 'control message write',
+  [OpKind.EAGER_COPY]: 'eager copy (local RDMA read)',
+  [OpKind.FLUSH_WRITE]: 'flush write',
+  [OpKind.FLUSH_READ]: 'flush read',
+  [OpKind.MESSAGE]: 'message send',
+};
+
+export const noComplete: Complete = () => {};
+
+export abstract class OfiComm {
+  /** This comm's id in its endpoint (what the peer's immediate data names). */
+  readonly id: number;
+  /** Unique per endpoint: tells a comm from a later one with the same id. */
+  readonly serial: number;
+  name: string;
+  /** The peer comm's id in the peer's endpoint; 0 until known. */
+  peerComm = 0;
+  /** Rails this comm uses (both ends agree), and per rail the local NIC and the peer's id. */
+  rails = 0;
+  readonly nic = new Int32Array(MAX_RAILS);
+  readonly peer = new Int32Array(MAX_RAILS);
+  /** NICs of this endpoint that the comm's rails use (min(rails, NICs)). */
+  nics = 0;
+  failed: NetError | undefined;
+  closed = false;
+  complete: Complete = noComplete;
+  protected heardAt: number;
+  protected wroteAt: number;
+
+  constructor(
+    protected readonly ep: OfiEndpoint,
+    kind: string,
+  ) {
+    this.serial = ep.nextSerial();
+    this.id = ep.addComm(this);
+    this.name = `${ep.name} ${kind} comm ${this.id}`;
+    this.heardAt = this.wroteAt = ep.now;
+  }
+
+  abstract get pending(): number;
+  abstract readonly isRecv: boolean;
+  /** A remote write with immediate data naming this comm arrived. */
+  abstract onRemoteWrite(rail: number, imm: number, len: number): void;
+  /** An operation of this comm completed. */
+  abstract onOpDone(kind: OpKind, a: number, b: number, c: number, rail: number): void;
+  /** Completes every pending request with err's code and forgets them. */
+  protected abstract failPending(err: NetError): void;
+  /** Forgets every pending request without completing it (NCCL closed the comm). */
+  protected abstract dropPending(): void;
+  /** Registered memory the comm owns, handed back to the endpoint on close. */
+  protected abstract release(): void;
+
+  /** Peers per rail: local NIC i mod NICs reaches the peer's NIC i mod its NICs. */
+  protected setPeers(peerComm: number, peerRails: number, names: Uint8Array[]): void {
+    this.peerComm = peerComm;
+    this.rails = Math.min(this.ep.railCount, peerRails);
+    this.nics = Math.min(this.rails, this.ep.rails.length);
+    for (let l = 0; l < this.rails; l++) {
+      this.nic[l] = nicOf(l, this.ep.rails.length);
+      this.peer[l] = this.ep.peerId(this.nic[l], names[nicOf(l, names.length)]);
+    }
+  }
+
+  /** The peer showed a sign of life. */
+  heard(): void {
+    this.heardAt = this.ep.now;
+  }
+
+  /** An operation of this comm failed: the comm fails (provider words in the WARN). */
+  onOpError(kind: OpKind, rail: number, c: Completion): void {
+    this.fail(completionError(this.name, OP_NAMES[kind] ?? `operation ${kind}`, rail, c));
+  }
+
+  /** Heartbeats when quiet for a quarter of the timeout; fails when the peer is silent for all of it with work pending. */
+  tick(now: number, timeoutMs: number): void {
+    if (this.failed || this.closed || this.peerComm === 0) return;
+    if (now - this.wroteAt >= timeoutMs / 4) {
+      this.wroteAt = now;
+      const line = this.ep.line;
+      const nic = this.nic[0];
+      const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, nic, 0, 0, 0);
+      this.ep.rails[nic].send(this.peer[0], line.base + this.ep.zeroAt, 0, line.regs[nic].desc, immMsg(MsgKind.HEARTBEAT, this.peerComm), token);
+    }
+    if (this.pending > 0 && now - this.heardAt > timeoutMs)
+      this.fail(remoteError(`${this.name}: nothing heard from the peer for ${((now - this.heardAt) / 1000).toFixed(1)} s with ${this.pending} request(s) pending`));
+  }
+
+  /** Fails every pending request and every later one with err. */
+  fail(err: NetError): void {
+    if (this.failed || this.closed) return;
+    this.failed = err;
+    log.warn(this.pending ? `${err.message}; failing ${this.pending} pending request(s)` : err.message);
+    this.failPending(err);
+  }
+
+  /** Stops the comm: pending requests are dropped, in-flight operations complete into nothing. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.failed ??= remoteError(`${this.name}: closed`);
+    this.dropPending();
+    this.release();
+    this.ep.removeComm(this);
+  }
+
+  protected protocolError(msg: string): void {
+    this.fail(remoteError(`${this.name}: protocol error: ${msg}`));
+  }
+}

@@ -1,0 +1,101 @@
+// Settings of the libfabric transport: aws-ofi-nccl's OFI_NCCL_* variables where tsnet has the
+// same knob (so experiments move over without edits) and TSNET_FLUSH. Read once, validated (a
+// bad value is an error naming the variable), and described in lines to log at INFO.
+import { invalidArgument } from '../../errors';
+import { type FlushMode, autoFlush } from './policy/flush';
+
+export interface OfiConfig {
+  /** Largest eager message, its 8-byte header included; -1 disables eager (OFI_NCCL_EAGER_MAX_SIZE). */
+  eagerMax: number;
+  /** Smallest stripe of a striped message (OFI_NCCL_MIN_STRIPE_SIZE). */
+  minStripe: number;
+  /** Messages smaller than this go whole on one rail, round-robin (OFI_NCCL_SCHED_MAX_SMALL_RR_SIZE). */
+  smallRrMax: number;
+  /** Control messages round-robin over rails instead of rail 0 (OFI_NCCL_RR_CTRL_MSG). */
+  rrCtrl: boolean;
+  /** Rails a device uses, repeating or dropping NICs; 0: one per NIC (OFI_NCCL_FORCE_NUM_RAILS). */
+  forceRails: number;
+  /** Bounce buffers posted per endpoint, spread over its rails (OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS). */
+  bouncePosted: number;
+  /** Flush policy (TSNET_FLUSH, OFI_NCCL_GDR_FLUSH_DISABLE, OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE). */
+  flush: FlushMode;
+}
+
+type Env = Record<string, string | undefined>;
+
+/** Most rails a device may have: one key per rail fits a 64-byte control entry. */
+export const MAX_RAILS = 4;
+
+export const OFI_DEFAULTS: OfiConfig = {
+  eagerMax: 8192,
+  minStripe: 128 * 1024,
+  smallRrMax: 64,
+  rrCtrl: true,
+  forceRails: 0,
+  bouncePosted: 64,
+  flush: { method: 'read', all: false },
+};
+
+function int(env: Env, name: string, min: number, max: number): number | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return undefined;
+  const v = raw.trim();
+  if (!/^-?\d+$/.test(v)) throw invalidArgument(`${name}=${raw}: expected an integer`);
+  const n = Number(v);
+  if (n < min || n > max) throw invalidArgument(`${name}=${raw}: expected ${min} to ${max}`);
+  return n;
+}
+
+function bool(env: Env, name: string): boolean | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return undefined;
+  const v = raw.trim().toLowerCase();
+  if (v === '1' || v === 'true' || v === 'yes') return true;
+  if (v === '0' || v === 'false' || v === 'no') return false;
+  throw invalidArgument(`${name}=${raw}: expected 0 or 1`);
+}
+
+export function readOfiConfig(env: Env = process.env): { config: OfiConfig; lines: string[] } {
+  const lines: string[] = [];
+  const d = OFI_DEFAULTS;
+  const note = (key: string, value: unknown, name: string, set: boolean) => lines.push(`ofi ${key} = ${value} (${set ? name : 'default'})`);
+
+  const eager = int(env, 'OFI_NCCL_EAGER_MAX_SIZE', -1, 1 << 20);
+  const eagerMax = eager ?? d.eagerMax;
+  note('eager max bytes (header included)', eagerMax < 0 ? 'disabled' : eagerMax, 'OFI_NCCL_EAGER_MAX_SIZE', eager !== undefined);
+
+  const stripe = int(env, 'OFI_NCCL_MIN_STRIPE_SIZE', 1, 1 << 30);
+  const minStripe = stripe ?? d.minStripe;
+  note('min stripe bytes', minStripe, 'OFI_NCCL_MIN_STRIPE_SIZE', stripe !== undefined);
+
+  const small = int(env, 'OFI_NCCL_SCHED_MAX_SMALL_RR_SIZE', 0, 1 << 30);
+  const smallRrMax = small ?? d.smallRrMax;
+  note('round-robin below bytes', smallRrMax, 'OFI_NCCL_SCHED_MAX_SMALL_RR_SIZE', small !== undefined);
+
+  const rr = bool(env, 'OFI_NCCL_RR_CTRL_MSG');
+  const rrCtrl = rr ?? d.rrCtrl;
+  note('control messages round-robin', rrCtrl, 'OFI_NCCL_RR_CTRL_MSG', rr !== undefined);
+
+  const force = int(env, 'OFI_NCCL_FORCE_NUM_RAILS', 0, MAX_RAILS);
+  const forceRails = force ?? d.forceRails;
+  if (forceRails) note('rails', forceRails, 'OFI_NCCL_FORCE_NUM_RAILS', true);
+
+  const posted = int(env, 'OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS', 1, 65536);
+  const bouncePosted = posted ?? d.bouncePosted;
+  note('bounce buffers posted per endpoint', bouncePosted, 'OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS', posted !== undefined);
+
+  const gdrOff = bool(env, 'OFI_NCCL_GDR_FLUSH_DISABLE') ?? false;
+  const writeRead = bool(env, 'OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE') ?? false;
+  const fRaw = env.TSNET_FLUSH;
+  const f = fRaw === undefined || fRaw === '' ? 'auto' : fRaw.trim().toLowerCase();
+  let flush: FlushMode;
+  if (f === 'auto') flush = autoFlush(gdrOff, writeRead);
+  else if (f === 'read' || f === 'write-read') flush = { method: f, all: true };
+  else if (f === 'none') flush = { method: 'none', all: false };
+  else throw invalidArgument(`TSNET_FLUSH=${fRaw}: expected auto, read, write-read or none`);
+  const why = f !== 'auto' ? 'TSNET_FLUSH' : gdrOff ? 'OFI_NCCL_GDR_FLUSH_DISABLE' : writeRead ? 'OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE' : '';
+  const what = flush.method === 'none' ? 'none' : `${flush.method} of ${flush.all ? 'every' : 'GPU'} receive`;
+  note('flush', what, why, why !== '');
+
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush }, lines };
+}

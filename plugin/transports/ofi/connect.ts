@@ -1,0 +1,106 @@
+// Connection setup over the shared endpoints. listen fills the handle with the listener's id,
+// a nonce and NIC 0's endpoint name; connect sends CONNECT there (the connector's rails,
+// comm id, mailbox address and keys, eager limit); the listener makes the receive comm and
+// answers ACCEPT (its rails, comm id and eager capacity). Rail addresses travel in these
+// messages because the 128-byte handle cannot hold many. Both stay non-blocking: accept and
+// poll answer undefined until their comm is ready, and NCCL calls again.
+import { internalError, systemError } from '../../errors';
+import { log } from '../../log';
+import type { OfiEndpoint } from './endpoint';
+import type { Complete, RecvComm, SendComm } from './fabric';
+import { OfiRecvComm } from './recv-comm';
+import { OfiSendComm } from './send-comm';
+import { decodeConnect, decodeHandle, encodeHandle } from './wire';
+
+export class OfiListener {
+  readonly handle: Uint8Array;
+  private readonly nonce: number;
+  private readonly ready: OfiRecvComm[] = [];
+  private closed = false;
+
+  constructor(
+    private readonly ep: OfiEndpoint,
+    readonly id: number,
+  ) {
+    this.nonce = ep.random() >>> 0;
+    this.handle = encodeHandle({ listener: id, nonce: this.nonce, nics: ep.rails.length, name: ep.rails[0].name });
+  }
+
+  /** A receive comm a peer connected, or undefined while none is ready. */
+  accept(complete: Complete): RecvComm | undefined {
+    if (this.closed) throw internalError(`${this.ep.name} listener ${this.id}: accept after close`);
+    const c = this.ready.shift();
+    if (c) c.complete = complete;
+    return c;
+  }
+
+  close(): void {
+    this.closed = true;
+    this.ep.removeListener(this);
+    for (const c of this.ready.splice(0)) c.close();
+  }
+
+  /** A CONNECT for this listener arrived. */
+  onConnect(bytes: Uint8Array): void {
+    if (this.closed) return;
+    const c = decodeConnect(bytes);
+    if (typeof c === 'string') return log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${c}`);
+    if (c.listenerNonce !== this.nonce) return log.warn(`${this.ep.name} listener ${this.id}: refused a connection with a stale handle (wrong nonce)`);
+    let comm: OfiRecvComm;
+    try {
+      comm = new OfiRecvComm(this.ep, c);
+    } catch (e) {
+      return log.warn(`${this.ep.name} listener ${this.id}: cannot accept a connection: ${(e as Error).message}`);
+    }
+    comm.sendAccept(c.connectorNonce);
+    log.info(`${comm.name}: accepted send comm ${c.comm}, ${comm.rails} rail(s)`);
+    this.ready.push(comm);
+  }
+}
+
+export class OfiConnector {
+  private readonly comm: OfiSendComm;
+  private readonly started: number;
+  private taken = false;
+
+  constructor(
+    private readonly ep: OfiEndpoint,
+    handle: Uint8Array,
+  ) {
+    const h = decodeHandle(handle);
+    this.comm = new OfiSendComm(ep);
+    try {
+      this.comm.sendConnect(h.listener, h.nonce, h.name);
+    } catch (e) {
+      this.comm.close();
+      throw e;
+    }
+    this.started = ep.clock();
+  }
+
+  /** The send comm once the listener answered, or undefined while not yet. Throws on failure or timeout. */
+  poll(complete: Complete): SendComm | undefined {
+    const c = this.comm;
+    if (c.connectError || c.failed) {
+      const err = c.connectError ?? c.failed!;
+      this.close();
+      throw err;
+    }
+    if (c.connected) {
+      this.taken = true;
+      c.complete = complete;
+      return c;
+    }
+    const waited = this.ep.clock() - this.started;
+    if (waited > this.ep.timeoutMs) {
+      this.close();
+      throw systemError(`${c.name}: connect: no answer from the listener within ${this.ep.timeoutMs} ms`);
+    }
+    return undefined;
+  }
+
+  /** Gives up (unless poll returned the comm: then it is the plugin's). */
+  close(): void {
+    if (!this.taken) this.comm.close();
+  }
+}

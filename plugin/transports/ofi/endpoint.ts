@@ -1,0 +1,339 @@
+// One device's shared endpoints on one protocol thread: its rails (one RDM endpoint per NIC),
+// the bounce buffers posted on them, the operations in flight, and the comms and listeners
+// that immediate data names. Completions of every rail come in here and are routed by token
+// (local operations, posted receives) or by the comm id in the immediate data (remote
+// writes, messages). A comm id is reused only after every other id was, and not within the
+// quarantine after its comm closed, so late writes for a closed comm find no one.
+import { internalError, systemError } from '../../errors';
+import { log } from '../../log';
+import { BouncePool, isBounceToken } from './bounce';
+import type { OfiComm } from './comm';
+import type { OfiConfig } from './config';
+import { OfiConnector, OfiListener } from './connect';
+import { CqFlag, type Completion, type HostBuffer, type OnCompletions, type Rail, type Region } from './fabric';
+import { LINE_BYTES, ZERO_AT } from './line';
+import { OpKind, OpTable } from './ops';
+import { deviceRails } from './policy/rails';
+import type { OfiRecvComm } from './recv-comm';
+import type { OfiSendComm } from './send-comm';
+import { ECANCELED, statusName } from './status';
+import { ACCEPT_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, immComm, msgId, msgKind } from './wire';
+
+export interface EndpointOptions {
+  config: OfiConfig;
+  /** For log lines: the device's name. */
+  name?: string;
+  /** Milliseconds; connect timeout and comm-id quarantine. */
+  timeoutMs?: number;
+  /** Comm ids 1 .. maxComms - 1 (at most 2^15; tests use fewer to force reuse). */
+  maxComms?: number;
+  clock?: () => number;
+  /** 32 random bits (nonces). */
+  random?: () => number;
+  /**
+   * A line of device memory per NIC (64 bytes each), registered on every rail, that a
+   * write-then-read flush writes and reads back. Without it, write-then-read uses a host line
+   * (right for host memory and tests; GPU memory needs the device line).
+   */
+  flushScratch?: Region | null;
+}
+
+/** Host memory the transport allocated and registered on every NIC. */
+export interface OwnedRegion extends Region {
+  readonly host: HostBuffer;
+}
+
+export class OfiEndpoint {
+  readonly name: string;
+  readonly config: OfiConfig;
+  /** Rails a comm on this device may use (OFI_NCCL_FORCE_NUM_RAILS applied). */
+  readonly railCount: number;
+  readonly pool: BouncePool;
+  readonly ops = new OpTable();
+  /** Registered host lines the transport owns (flush targets, 0-byte sources). */
+  readonly line: OwnedRegion;
+  readonly zeroAt = ZERO_AT;
+  readonly flushScratch: Region | null;
+  /** The endpoint's own address per NIC (local reads and writes). */
+  readonly selfPeer: Int32Array;
+  readonly timeoutMs: number;
+  /** The clock as of the last completion batch or tick. */
+  now: number;
+  readonly stats = { staleWrites: 0, staleMessages: 0, staleOps: 0 };
+  /** Largest eager message (header included) the bounce buffers hold; -1: none. */
+  readonly eagerCapacity: number;
+
+  private readonly comms: (OfiComm | undefined)[];
+  /** The same comms, for ticking. */
+  private readonly live = new Set<OfiComm>();
+  private readonly closedAt: Float64Array;
+  private nextId = 0;
+  private serials = 0;
+  private readonly listeners: (OfiListener | undefined)[] = new Array(MAX_COMMS).fill(undefined);
+  private nextListener = 0;
+  private readonly peers: Map<string, number>[];
+  private retired: { region: OwnedRegion; at: number }[] = [];
+  readonly clock: () => number;
+  readonly random: () => number;
+
+  constructor(
+    readonly rails: readonly Rail[],
+    opts: EndpointOptions,
+  ) {
+    if (!LITTLE_ENDIAN) throw internalError('the ofi transport needs a little-endian host');
+    if (rails.length === 0) throw internalError('an ofi device without rails');
+    for (const r of rails)
+      if (r.cqDataBytes < 4) throw systemError(`rail ${r.index}: the provider carries ${r.cqDataBytes} bytes of immediate data; tsnet needs 4`);
+    this.config = opts.config;
+    this.name = opts.name ?? 'ofi';
+    this.clock = opts.clock ?? Date.now;
+    this.random = opts.random ?? (() => (Math.random() * 2 ** 32) >>> 0);
+    this.now = this.clock();
+    this.timeoutMs = opts.timeoutMs ?? 10_000;
+    const maxComms = opts.maxComms ?? MAX_COMMS;
+    if (maxComms < 2 || maxComms > MAX_COMMS) throw internalError(`maxComms ${maxComms}: 2 to ${MAX_COMMS}`);
+    this.comms = new Array(maxComms).fill(undefined);
+    this.closedAt = new Float64Array(maxComms).fill(-Infinity);
+    this.railCount = deviceRails(rails.length, this.config.forceRails);
+    this.peers = rails.map(() => new Map());
+    this.selfPeer = new Int32Array(rails.length);
+    rails.forEach((r, i) => (this.selfPeer[i] = this.peerId(i, r.name)));
+    this.line = this.allocShared(LINE_BYTES);
+    this.flushScratch = opts.flushScratch ?? null;
+    const eager = this.config.eagerMax;
+    this.eagerCapacity = eager < 0 ? -1 : eager;
+    const bufBytes = Math.max(Math.ceil(Math.max(eager, 0) / 64) * 64, CONNECT_BYTES, ACCEPT_BYTES);
+    const window = Math.max(4, Math.ceil(this.config.bouncePosted / rails.length));
+    this.pool = new BouncePool(rails, window, bufBytes);
+    this.pool.start();
+  }
+
+  /** Give this to the engine: every batch of completions of every rail. */
+  readonly onCompletions: OnCompletions = (rail, batch) => {
+    this.now = this.clock();
+    const r = rail.index;
+    for (let i = 0; i < batch.length; i++) {
+      const c = batch[i];
+      const t = c.token;
+      if (isBounceToken(t)) this.onReceive(r, c);
+      else if (t === 0) {
+        if (c.flags & CqFlag.REMOTE_WRITE) this.onRemoteWrite(r, c);
+        else log.warn(`${this.name}: rail ${r}: a completion without a token (flags 0x${c.flags.toString(16)}, status ${c.status})`);
+      } else this.onOp(r, c);
+    }
+    this.pool.refill(r);
+  };
+
+  listen(): OfiListener {
+    for (let k = 0; k < MAX_COMMS; k++) {
+      this.nextListener = (this.nextListener % (MAX_COMMS - 1)) + 1;
+      if (!this.listeners[this.nextListener]) {
+        const l = new OfiListener(this, this.nextListener);
+        this.listeners[l.id] = l;
+        return l;
+      }
+    }
+    throw internalError(`${this.name}: every listener id is taken`);
+  }
+
+  connect(handle: Uint8Array): OfiConnector {
+    return new OfiConnector(this, handle);
+  }
+
+  /** Periodic: frees the memory of comms whose quarantine ended, ticks every comm. */
+  tick(now: number, timeoutMs = this.timeoutMs): void {
+    this.now = now;
+    if (this.retired.length) {
+      const keep = [];
+      for (const x of this.retired) if (x.at <= now) this.freeShared(x.region);
+      else keep.push(x);
+      this.retired = keep;
+    }
+    for (const c of this.live) c.tick(now, timeoutMs);
+  }
+
+  /**
+   * The thread is done with this device: every comm and listener closes and no receive is
+   * posted again. The native side then closes the endpoints, which cancels the posted
+   * receives (their -ECANCELED completions are absorbed) and frees the memory.
+   */
+  close(): void {
+    for (const c of [...this.live]) c.close();
+    for (const l of this.listeners) l?.close();
+    this.pool.close();
+  }
+
+  /** Why the bounce-buffer accounting is wrong, or undefined. */
+  check(): string | undefined {
+    return this.pool.check();
+  }
+
+  // ---- used by comms and listeners --------------------------------------------------------
+
+  nextSerial(): number {
+    return ++this.serials;
+  }
+
+  /** A free comm id, round-robin, skipping ids still in quarantine. */
+  addComm(c: OfiComm): number {
+    const n = this.comms.length;
+    for (let k = 1; k < n; k++) {
+      const id = ((this.nextId + k - 1) % (n - 1)) + 1;
+      if (this.comms[id] || this.now - this.closedAt[id] < this.timeoutMs) continue;
+      this.nextId = id;
+      this.comms[id] = c;
+      this.live.add(c);
+      return id;
+    }
+    throw internalError(`${this.name}: all ${n - 1} comm ids are in use or in quarantine`);
+  }
+
+  removeComm(c: OfiComm): void {
+    if (this.comms[c.id] !== c) return;
+    this.comms[c.id] = undefined;
+    this.live.delete(c);
+    this.closedAt[c.id] = this.now;
+  }
+
+  comm(id: number): OfiComm | undefined {
+    return this.comms[id];
+  }
+
+  removeListener(l: OfiListener): void {
+    if (this.listeners[l.id] === l) this.listeners[l.id] = undefined;
+  }
+
+  /** The AV id of a peer endpoint name on NIC nic (inserted once). */
+  peerId(nic: number, name: Uint8Array): number {
+    const key = Buffer.from(name.buffer, name.byteOffset, name.length).toString('hex');
+    let id = this.peers[nic].get(key);
+    if (id === undefined) {
+      id = this.rails[nic].insertPeer(name);
+      this.peers[nic].set(key, id);
+    }
+    return id;
+  }
+
+  /** Host memory registered on every NIC (allocated on NIC 0). */
+  allocShared(bytes: number): OwnedRegion {
+    const buf = this.rails[0].alloc(bytes);
+    const regs = [buf.reg];
+    try {
+      for (let i = 1; i < this.rails.length; i++) regs.push(this.rails[i].regMr(buf.addr, bytes, 'host'));
+    } catch (e) {
+      for (let i = 1; i < regs.length; i++) this.rails[i].deregMr(regs[i]);
+      this.rails[0].free(buf);
+      throw e;
+    }
+    return { id: 0, base: buf.addr, size: bytes, bytes: buf.bytes, kind: 'host', regs, host: buf };
+  }
+
+  freeShared(region: OwnedRegion): void {
+    for (let i = 1; i < region.regs.length; i++) this.rails[i].deregMr(region.regs[i]);
+    this.rails[0].free(region.host);
+  }
+
+  /** Frees region after the quarantine: the peer may still write into it until then. */
+  retire(region: OwnedRegion): void {
+    this.retired.push({ region, at: this.now + this.timeoutMs });
+  }
+
+  // ---- completion routing -----------------------------------------------------------------
+
+  // A posted receive completed: a message, or (FI_RX_CQ_DATA) a remote write that consumed it.
+  private onReceive(r: number, c: Completion): void {
+    const id = c.token - 0x8000_0000;
+    this.pool.consume(id);
+    if (c.status !== 0) {
+      this.pool.release(id);
+      if (c.status !== -ECANCELED) log.warn(`${this.name}: rail ${r}: a posted receive failed: ${c.error || ''} (${statusName(c.status)})`);
+      return;
+    }
+    if (c.flags & CqFlag.REMOTE_WRITE) {
+      this.pool.release(id);
+      this.onRemoteWrite(r, c);
+      return;
+    }
+    if (!(c.flags & CqFlag.REMOTE_CQ_DATA)) {
+      this.pool.release(id);
+      log.warn(`${this.name}: rail ${r}: a message of ${c.len} bytes without immediate data, dropped`);
+      return;
+    }
+    const to = msgId(c.imm);
+    switch (msgKind(c.imm)) {
+      case MsgKind.EAGER: {
+        const comm = this.comms[to];
+        if (comm && comm.isRecv) (comm as OfiRecvComm).onEager(r, id, c.len);
+        else {
+          this.stats.staleMessages++;
+          this.pool.release(id);
+        }
+        return;
+      }
+      case MsgKind.CONNECT: {
+        const l = this.listeners[to];
+        const view = this.pool.bytes(id).subarray(this.pool.offset(id), this.pool.offset(id) + c.len);
+        if (l) l.onConnect(view);
+        else log.warn(`${this.name}: a connect message for listener ${to}, which is closed`);
+        this.pool.release(id);
+        return;
+      }
+      case MsgKind.ACCEPT: {
+        const comm = this.comms[to];
+        const view = this.pool.bytes(id).subarray(this.pool.offset(id), this.pool.offset(id) + c.len);
+        if (comm && !comm.isRecv) (comm as OfiSendComm).onAccept(view);
+        else this.stats.staleMessages++;
+        this.pool.release(id);
+        return;
+      }
+      case MsgKind.HEARTBEAT: {
+        const comm = this.comms[to];
+        if (comm) comm.heard();
+        else this.stats.staleMessages++;
+        this.pool.release(id);
+        return;
+      }
+      default:
+        this.pool.release(id);
+        log.warn(`${this.name}: rail ${r}: a message of unknown kind ${msgKind(c.imm)}, dropped`);
+    }
+  }
+
+  private onRemoteWrite(r: number, c: Completion): void {
+    if (c.status !== 0) {
+      log.warn(`${this.name}: rail ${r}: a remote write failed: ${c.error || ''} (${statusName(c.status)})`);
+      return;
+    }
+    const comm = this.comms[immComm(c.imm)];
+    if (comm) comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
+    else this.stats.staleWrites++;
+  }
+
+  private onOp(r: number, c: Completion): void {
+    const ops = this.ops;
+    const t = c.token;
+    if (!ops.live(t)) {
+      log.warn(`${this.name}: rail ${r}: a completion for token ${t}, which names no operation in flight`);
+      return;
+    }
+    const kind = ops.kind[t] as OpKind;
+    const comm = this.comms[ops.comm[t]];
+    const a = ops.a[t];
+    const b = ops.b[t];
+    const cc = ops.c[t];
+    const serial = ops.serial[t];
+    ops.free(t);
+    if (!comm || comm.serial !== serial) {
+      // The comm closed: nothing of it reaches anyone; an eager copy's bounce buffer comes back.
+      this.stats.staleOps++;
+      if (kind === OpKind.EAGER_COPY) this.pool.release(cc);
+      return;
+    }
+    if (c.status !== 0) {
+      if (kind === OpKind.EAGER_COPY) this.pool.release(cc);
+      comm.onOpError(kind, r, c);
+      return;
+    }
+    comm.onOpDone(kind, a, b, cc, r);
+  }
+}

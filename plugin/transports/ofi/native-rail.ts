@@ -1,0 +1,177 @@
+// A Rail (fabric.ts) over the native engine: an RDM endpoint owned by an I/O thread
+// (native/engine/engine_ofi.cc). Operations go into this protocol thread's submission ring to
+// that I/O thread (TSN_SUB_OFI_*); their completions come back through the port, one at a time,
+// and are handed to the endpoint as batches of one (reused objects: nothing is allocated per
+// completion). Registrations are numbered natively; a registration's number is its desc.
+import type { CqeHandler, EngineBinding, Port } from '../../engine/port';
+import { CQE_REMOTE, SubKind } from '../../engine/records';
+import { NetError } from '../../errors';
+import type { Completion, HostBuffer, OnCompletions, Rail, Registration } from './fabric';
+
+/** A registration as the engine answers it. */
+export interface MrAnswer {
+  mr: number;
+  keyLo: number;
+  keyHi: number;
+  key: bigint;
+  /** The remote address of the region's first byte (its address, or 0 where remote addresses are offsets). */
+  remoteBase: number;
+}
+
+/** A NIC as ofiOpen describes it. */
+export interface OfiNicInfo {
+  provider: string;
+  domain: string;
+  fabric: string;
+  pciPath: string;
+  guid: bigint;
+  speedMbps: number;
+  hmem: boolean;
+  hmemWhy: string;
+  virtAddr: boolean;
+  mrLocal: boolean;
+  rxCqData: boolean;
+  autoProgress: boolean;
+  maxMsgSize: number;
+  injectSize: number;
+  cqDataBytes: number;
+  describe: string;
+}
+
+/** The engine's libfabric functions (native/engine/engine_ofi.cc). */
+export interface OfiBinding extends EngineBinding {
+  ofiOpen(opts: { provider?: string; hmem: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
+  ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array };
+  ofiInsertPeer(lane: number, name: Uint8Array): number;
+  ofiRegMr(lane: number, addr: number, len: number, cuda: boolean): MrAnswer;
+  ofiDeregMr(mr: number): void;
+  ofiAlloc(lane: number, bytes: number): MrAnswer & { addr: number; buffer: ArrayBuffer };
+  ofiLastError(lane: number): string;
+  ioClose(lane: number, graceful: boolean): { partial: boolean; hard: boolean };
+}
+
+/** Native errors carry their NCCL result code. */
+function netError(e: unknown): NetError {
+  const err = e as Error & { result?: number };
+  return new NetError(typeof err.result === 'number' ? err.result : 2, err.message);
+}
+
+function registration(a: MrAnswer, base: number): Registration {
+  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base) };
+}
+
+export class NativeRail implements Rail, CqeHandler {
+  readonly name: Uint8Array;
+  readonly injectSize: number;
+  readonly maxMsgSize: number;
+  readonly cqDataBytes: number;
+  readonly rxCqData: boolean;
+  private readonly lane: number;
+  private readonly thread: number;
+  private readonly link: number;
+  private readonly one: Completion = { token: 0, status: 0, flags: 0, len: 0, imm: 0, immHi: 0 };
+  private readonly batch: Completion[] = [this.one];
+  private closed = false;
+
+  constructor(
+    private readonly port: Port,
+    private readonly binding: OfiBinding,
+    nic: number,
+    info: OfiNicInfo,
+    readonly index: number,
+    private readonly onCompletions: OnCompletions,
+  ) {
+    this.link = port.addLink(this);
+    try {
+      const r = binding.ofiRail(nic, -1, this.link);
+      this.lane = r.lane;
+      this.thread = r.thread;
+      this.name = new Uint8Array(r.name);
+    } catch (e) {
+      port.removeLink(this.link);
+      throw netError(e);
+    }
+    this.injectSize = info.injectSize;
+    this.maxMsgSize = info.maxMsgSize;
+    this.cqDataBytes = info.cqDataBytes;
+    this.rxCqData = info.rxCqData;
+  }
+
+  insertPeer(name: Uint8Array): number {
+    try {
+      return this.binding.ofiInsertPeer(this.lane, name);
+    } catch (e) {
+      throw netError(e);
+    }
+  }
+
+  regMr(addr: number, len: number, kind: 'host' | 'cuda'): Registration {
+    try {
+      return registration(this.binding.ofiRegMr(this.lane, addr, len, kind === 'cuda'), addr);
+    } catch (e) {
+      throw netError(e);
+    }
+  }
+
+  deregMr(reg: Registration): void {
+    this.binding.ofiDeregMr(reg.desc);
+  }
+
+  alloc(bytes: number): HostBuffer {
+    try {
+      const a = this.binding.ofiAlloc(this.lane, bytes);
+      return { addr: a.addr, bytes: new Uint8Array(a.buffer), reg: registration(a, a.addr) };
+    } catch (e) {
+      throw netError(e);
+    }
+  }
+
+  /** The memory itself goes with the last view of it. */
+  free(buf: HostBuffer): void {
+    this.binding.ofiDeregMr(buf.reg.desc);
+  }
+
+  postRecv(buf: HostBuffer, offset: number, len: number, token: number): void {
+    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_RECV, buf.addr + offset, len, buf.reg.desc, 0, 0, 0, 0, -1);
+  }
+
+  send(peer: number, addr: number, len: number, desc: number, imm: number, token: number): void {
+    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr, len, desc, peer, 0, 0, 0, imm);
+  }
+
+  // The first part travels in the fields a send does not use: raddr, keyLo (its length), keyHi (its desc).
+  send2(peer: number, addr0: number, len0: number, desc0: number, addr1: number, len1: number, desc1: number, imm: number, token: number): void {
+    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr1, len1, desc1, peer, addr0, len0, desc0, imm);
+  }
+
+  write(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, imm: number, token: number, immHi = 0): void {
+    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, addr, len, desc, peer, raddr, keyLo, keyHi, imm, immHi);
+  }
+
+  read(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, token: number): void {
+    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_READ, addr, len, desc, peer, raddr, keyLo, keyHi, -1);
+  }
+
+  onOp(op: number, status: number, value: number, _time: number, _io: number, imm: number, flags: number, immHi: number): void {
+    const c = this.one;
+    c.immHi = immHi;
+    c.token = op === CQE_REMOTE ? 0 : op;
+    c.status = status;
+    c.flags = flags; // records.ts CqeFlag: the same bits as fabric.ts CqFlag
+    c.len = value;
+    c.imm = imm;
+    c.error = status ? this.binding.ofiLastError(this.lane) : undefined;
+    this.onCompletions(this, this.batch);
+  }
+
+  onRx(): void {}
+
+  /** Closes the endpoint: its posted receives are cancelled, nothing of it completes afterwards. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.port.flush();
+    this.binding.ioClose(this.lane, false);
+    this.port.removeLink(this.link);
+  }
+}

@@ -1,0 +1,365 @@
+// The send side. The receiver writes a control message into this comm's mailbox for every
+// irecv (one 64-byte entry per sub-receive: where the buffer is, its keys, size and tag) and
+// the immediate data of that write says which slot is ready. Control messages are handed to
+// the matcher in receive order; a send that matches an entry is RDMA-written into the
+// receiver's buffer in stripes, each with immediate data naming (receiver comm, receive,
+// sub-receive, segments). A small send that matches no known entry goes eager: into the
+// receiver's bounce buffers with an 8-byte header (eager ordinal, first receive this side did
+// not know, tag), from which the receiver finds the same entry this side will match it to
+// once the control message comes. A written send completes when its writes complete; an eager
+// one when its send completed and its control message matched it.
+import { ResultCode } from '../../abi';
+import { type NetError, internalError, invalidUsage, systemError } from '../../errors';
+import { log } from '../../log';
+import { OfiComm } from './comm';
+import type { OfiEndpoint, OwnedRegion } from './endpoint';
+import type { Region, ReqBuf, SendComm } from './fabric';
+import { FifoSendMatcher, type MatchSink } from './matcher';
+import { OpKind } from './ops';
+import { EAGER_HEADER_BYTES, eagerLimit, mayGoEager } from './policy/eager';
+import { Schedule, StripeScheduler } from './policy/stripes';
+import {
+  ENTRY_ADDR_HI,
+  ENTRY_ADDR_LO,
+  ENTRY_KEYS,
+  ENTRY_MARK,
+  ENTRY_SIZE,
+  ENTRY_TAG,
+  ENTRY_WORDS,
+  MAILBOX_SLOTS,
+  MsgKind,
+  SEGS_CTRL,
+  SEGS_TOO_BIG,
+  SLOT_BYTES,
+  decodeAccept,
+  encodeConnect,
+  entryMark,
+  immIndex,
+  immMsg,
+  immSegs,
+  immSeq,
+  immWrite,
+  unwrapAfter,
+} from './wire';
+
+/** Sends a comm may have in flight (NCCL: 32 requests x 8 sub-receives). */
+const MAX_SENDS = 1024;
+const MAILBOX_BYTES = MAILBOX_SLOTS * SLOT_BYTES;
+const CONNECT_AT = MAILBOX_BYTES;
+const HEADERS_AT = CONNECT_AT + 512;
+const SLOT_WORDS = SLOT_BYTES / 4;
+
+class SendRec {
+  slot = 0;
+  region: Region | null = null;
+  offset = 0;
+  size = 0;
+  tag = 0;
+  /** Went eager (before its control message). */
+  eager = false;
+  /** Waits for a control message to be written. */
+  waiting = false;
+  /** Its control message matched it. */
+  matched = false;
+  /** Operations posted and not completed. */
+  left = 0;
+  code: ResultCode = ResultCode.SUCCESS;
+  live = false;
+  constructor(readonly index: number) {}
+}
+
+export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec> {
+  readonly isRecv = false;
+  /** Set by ACCEPT. */
+  connected = false;
+  connectError: NetError | undefined;
+  readonly connectorNonce: number;
+  private readonly mem: OwnedRegion;
+  private readonly mb32: Uint32Array;
+  private readonly mbI32: Int32Array;
+  private readonly matcher = new FifoSendMatcher<SendRec>(this);
+  private readonly recs: SendRec[] = [];
+  private readonly freeRecs: SendRec[] = [];
+  private live = 0;
+  private eagerMax = -1;
+  private eagerQueued = 0;
+  private waiting = 0;
+  private eagerOrdinal = 0;
+  /** Control messages that arrived, by mailbox slot: n, or 0. */
+  private readonly arrived = new Uint8Array(MAILBOX_SLOTS);
+  private readonly tags = new Int32Array(8);
+  private scheduler: StripeScheduler | undefined;
+  private readonly schedule = new Schedule();
+  private readonly sizes = [0];
+  private readonly hdr: DataView;
+
+  constructor(ep: OfiEndpoint) {
+    super(ep, 'send');
+    try {
+      this.mem = ep.allocShared(HEADERS_AT + MAX_SENDS * EAGER_HEADER_BYTES);
+    } catch (e) {
+      ep.removeComm(this);
+      throw e;
+    }
+    const b = this.mem.bytes!;
+    this.mb32 = new Uint32Array(b.buffer, b.byteOffset, MAILBOX_BYTES / 4);
+    this.mbI32 = new Int32Array(b.buffer, b.byteOffset, MAILBOX_BYTES / 4);
+    this.hdr = new DataView(b.buffer, b.byteOffset + HEADERS_AT, MAX_SENDS * EAGER_HEADER_BYTES);
+    this.connectorNonce = ep.random() >>> 0;
+  }
+
+  /** Sends CONNECT to the listener named by a handle, from NIC 0. */
+  sendConnect(listener: number, listenerNonce: number, name: Uint8Array): void {
+    const out = this.mem.bytes!.subarray(CONNECT_AT, CONNECT_AT + 512);
+    const len = encodeConnect(
+      {
+        listenerNonce,
+        connectorNonce: this.connectorNonce,
+        comm: this.id,
+        rails: this.ep.railCount,
+        eagerMax: this.ep.config.eagerMax,
+        mailboxAddr: this.mem.regs[0].remote(this.mem.base),
+        mailboxKeys: this.mem.regs.map((r) => ({ lo: r.keyLo, hi: r.keyHi })),
+        names: this.ep.rails.map((r) => r.name),
+      },
+      out,
+    );
+    const peer = this.ep.peerId(0, name);
+    const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, 0, 0, 0, 0);
+    this.ep.rails[0].send(peer, this.mem.base + CONNECT_AT, len, this.mem.regs[0].desc, immMsg(MsgKind.CONNECT, listener), token);
+  }
+
+  /** The listener's answer: the receiver's comm id, rails and eager capacity. */
+  onAccept(bytes: Uint8Array): void {
+    if (this.connected || this.closed) return;
+    const a = decodeAccept(bytes);
+    if (typeof a === 'string' || a.connectorNonce !== this.connectorNonce) {
+      this.connectError = systemError(`${this.name}: connect: ${typeof a === 'string' ? a : 'an answer to another connect attempt'}`);
+      return;
+    }
+    this.setPeers(a.comm, a.rails, a.names);
+    this.eagerMax = eagerLimit(this.ep.config.eagerMax, a.eagerCapacity);
+    const maxMsg = Math.min(...this.ep.rails.map((r) => r.maxMsgSize));
+    this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg);
+    this.connected = true;
+    this.heard();
+    log.info(`${this.name}: connected to comm ${a.comm}, ${this.rails} rail(s), eager up to ${this.eagerMax} bytes`);
+  }
+
+  get pending(): number {
+    return this.live;
+  }
+
+  isend(slot: number, buf: ReqBuf): void {
+    if (this.failed) {
+      this.sizes[0] = 0;
+      this.complete(slot, this.failed.code, this.sizes);
+      return;
+    }
+    if (!this.connected || (!buf.region && buf.size > 0)) {
+      this.sizes[0] = 0;
+      log.warn(`${this.name}: isend ${this.connected ? `of ${buf.size} bytes without a registered region` : 'before the comm is connected'}`);
+      this.complete(slot, ResultCode.INTERNAL_ERROR, this.sizes);
+      return;
+    }
+    const rec = this.freeRecs.pop() ?? this.newRec();
+    if (!rec) {
+      this.sizes[0] = 0;
+      this.fail(internalError(`${this.name}: more than ${MAX_SENDS} sends in flight`));
+      this.complete(slot, ResultCode.INTERNAL_ERROR, this.sizes);
+      return;
+    }
+    rec.slot = slot;
+    rec.region = buf.region;
+    rec.offset = buf.offset;
+    rec.size = buf.size;
+    rec.tag = buf.tag;
+    rec.eager = rec.waiting = rec.matched = false;
+    rec.left = 0;
+    rec.code = ResultCode.SUCCESS;
+    rec.live = true;
+    this.live++;
+    if (this.matcher.arrive(rec, buf.tag)) return;
+    if (mayGoEager(buf.size, this.eagerMax, this.eagerQueued, this.waiting)) this.sendEager(rec);
+    else {
+      rec.waiting = true;
+      this.waiting++;
+    }
+  }
+
+  private newRec(): SendRec | undefined {
+    if (this.recs.length === MAX_SENDS) return undefined;
+    const r = new SendRec(this.recs.length);
+    this.recs.push(r);
+    return r;
+  }
+
+  // Header { u16 ordinal, u16 base, i32 tag } then the payload, in one two-iovec send.
+  private sendEager(rec: SendRec): void {
+    const ep = this.ep;
+    rec.eager = true;
+    this.eagerQueued++;
+    const at = rec.index * EAGER_HEADER_BYTES;
+    this.hdr.setUint16(at, this.eagerOrdinal & 0xffff, true);
+    this.hdr.setUint16(at + 2, this.matcher.known & 0xffff, true);
+    this.hdr.setInt32(at + 4, rec.tag, true);
+    this.eagerOrdinal++;
+    const l = this.scheduler!.pickSmall();
+    const nic = this.nic[l];
+    const src = rec.region ?? ep.line;
+    const addr = rec.region ? rec.region.base + rec.offset : ep.line.base + ep.zeroAt;
+    rec.left = 1;
+    this.wroteAt = ep.now;
+    const token = ep.ops.alloc(OpKind.EAGER, this.id, this.serial, nic, rec.index, 0, 0);
+    ep.rails[nic].send2(
+      this.peer[l],
+      this.mem.base + HEADERS_AT + at,
+      EAGER_HEADER_BYTES,
+      this.mem.regs[nic].desc,
+      addr,
+      rec.size,
+      src.regs[nic].desc,
+      immMsg(MsgKind.EAGER, this.peerComm),
+      token,
+    );
+  }
+
+  // ---- control messages -------------------------------------------------------------------
+
+  onRemoteWrite(_rail: number, imm: number, len: number): void {
+    if (this.failed) return;
+    this.heard();
+    if (immSegs(imm) !== SEGS_CTRL) return this.protocolError(`a data write (immediate 0x${imm.toString(16)}) reached a send comm`);
+    const known = this.matcher.known;
+    const seq = unwrapAfter(known, immSeq(imm), 10);
+    const n = immIndex(imm) + 1;
+    if (seq - this.matcher.oldest >= MAILBOX_SLOTS) return this.protocolError(`control message ${seq} overruns the mailbox (oldest open receive ${this.matcher.oldest})`);
+    // Providers that do not report a remote write's length (tcp) give 0: the entries' marks check it then.
+    if (len !== 0 && len !== n * 64) return this.protocolError(`control message ${seq} of ${len} bytes for ${n} entries`);
+    const s = seq % MAILBOX_SLOTS;
+    if (this.arrived[s]) return this.protocolError(`control message ${seq} arrived twice`);
+    this.arrived[s] = n;
+    // Hand the control messages to the matcher in receive order.
+    for (let r = this.matcher.known; this.arrived[r % MAILBOX_SLOTS] && !this.failed; r = this.matcher.known) {
+      const w = (r % MAILBOX_SLOTS) * SLOT_WORDS;
+      const cnt = this.arrived[r % MAILBOX_SLOTS];
+      this.arrived[r % MAILBOX_SLOTS] = 0;
+      for (let i = 0; i < cnt; i++) {
+        const e = w + i * ENTRY_WORDS;
+        if (this.mb32[e + ENTRY_MARK] !== entryMark(r, cnt, i))
+          return this.protocolError(`control message ${r} entry ${i}: mark 0x${this.mb32[e + ENTRY_MARK].toString(16)}, expected 0x${entryMark(r, cnt, i).toString(16)}`);
+        this.tags[i] = this.mbI32[e + ENTRY_TAG];
+      }
+      this.matcher.post(r, cnt, this.tags);
+    }
+  }
+
+  onFull(_recv: number): void {}
+
+  /** send takes entry `index` of receive `recv`: write it there, or (eager) it is delivered. */
+  onMatch(rec: SendRec, recv: number, index: number): void {
+    if (this.failed) return;
+    const e = (recv % MAILBOX_SLOTS) * SLOT_WORDS + index * ENTRY_WORDS;
+    const room = this.mb32[e + ENTRY_SIZE];
+    if (rec.eager) {
+      this.eagerQueued--;
+      rec.matched = true;
+      if (rec.size > room) this.misfit(rec, room);
+      this.settle(rec);
+      return;
+    }
+    if (rec.waiting) {
+      rec.waiting = false;
+      this.waiting--;
+    }
+    const ep = this.ep;
+    const raddr = this.mb32[e + ENTRY_ADDR_LO] + this.mb32[e + ENTRY_ADDR_HI] * 2 ** 32;
+    const src = rec.region ?? ep.line;
+    const base = rec.region ? rec.region.base + rec.offset : ep.line.base + ep.zeroAt;
+    const sch = this.schedule;
+    let segs = 0;
+    if (rec.size > room) {
+      // Tell the receiver (0 bytes, "did not fit") so that its sub-receive ends too.
+      this.misfit(rec, room);
+      sch.n = 1;
+      sch.rail[0] = 0;
+      sch.offset[0] = 0;
+      sch.len[0] = 0;
+      segs = SEGS_TOO_BIG;
+    } else if (!this.scheduler!.plan(rec.size, sch)) {
+      rec.code = ResultCode.INVALID_USAGE;
+      this.fail(invalidUsage(`${this.name}: a ${rec.size}-byte send needs more than 14 segments (provider max_msg_size ${Math.min(...ep.rails.map((r) => r.maxMsgSize))})`));
+      return;
+    } else segs = sch.n;
+    rec.left = sch.n;
+    this.wroteAt = ep.now;
+    for (let i = 0; i < sch.n; i++) {
+      const l = sch.rail[i];
+      const nic = this.nic[l];
+      const token = ep.ops.alloc(OpKind.WRITE, this.id, this.serial, nic, rec.index, 0, 0);
+      ep.rails[nic].write(
+        this.peer[l],
+        base + sch.offset[i],
+        sch.len[i],
+        src.regs[nic].desc,
+        raddr + sch.offset[i],
+        this.mb32[e + ENTRY_KEYS + 2 * l],
+        this.mb32[e + ENTRY_KEYS + 2 * l + 1],
+        immWrite(this.peerComm, recv, index, segs),
+        token,
+        // The segment's length in the immediate data's high half, for providers that report no
+        // length of a remote write (tcp) but carry 8 bytes of immediate data.
+        ep.rails[nic].cqDataBytes >= 8 ? sch.len[i] : 0,
+      );
+    }
+  }
+
+  private misfit(rec: SendRec, room: number): void {
+    rec.code = ResultCode.INVALID_USAGE;
+    log.warn(`${this.name}: isend of ${rec.size} bytes (tag ${rec.tag}) does not fit the ${room}-byte receive posted for it`);
+  }
+
+  // ---- completions ------------------------------------------------------------------------
+
+  onOpDone(kind: OpKind, a: number, _b: number, _c: number, _rail: number): void {
+    if (kind !== OpKind.EAGER && kind !== OpKind.WRITE) return;
+    const rec = this.recs[a];
+    if (!rec.live || this.failed) return;
+    rec.left--;
+    this.settle(rec);
+  }
+
+  private settle(rec: SendRec): void {
+    if (rec.left > 0 || (rec.eager && !rec.matched)) return;
+    rec.live = false;
+    rec.region = null;
+    this.live--;
+    this.freeRecs.push(rec);
+    this.sizes[0] = rec.code === ResultCode.SUCCESS ? rec.size : 0;
+    this.complete(rec.slot, rec.code, this.sizes);
+  }
+
+  protected failPending(err: NetError): void {
+    for (const rec of this.recs) {
+      if (!rec.live) continue;
+      rec.live = false;
+      this.sizes[0] = 0;
+      this.complete(rec.slot, err.code, this.sizes);
+    }
+    this.dropPending();
+  }
+
+  protected dropPending(): void {
+    for (const rec of this.recs) {
+      rec.live = false;
+      rec.region = null;
+    }
+    this.live = 0;
+    this.matcher.clear();
+    this.eagerQueued = this.waiting = 0;
+  }
+
+  protected release(): void {
+    this.ep.retire(this.mem);
+  }
+}

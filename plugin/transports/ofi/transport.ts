@@ -1,0 +1,273 @@
+// The libfabric transport as the plugin sees it (TSNET_TRANSPORT=ofi): one NCCL device per NIC
+// (or per group of NICs: TSNET_DEVICE_GROUPS, by domain name), properties from fi_info, and per
+// protocol thread one OfiEndpoint per device over NativeRails, made at first use. Comms of the
+// RDMA protocol (send-comm.ts, recv-comm.ts) are wrapped into the plugin's comm interface.
+import { PtrKind, ResultCode } from '../../abi';
+import type { Config } from '../../config';
+import type { Port } from '../../engine/port';
+import { type NetError, invalidArgument, invalidUsage, systemError } from '../../errors';
+import { log } from '../../log';
+import type { Region } from '../../memory';
+import type { CommStats, RequestTrace } from '../../protocol/endpoint';
+import type { RecvArgs } from '../../protocol/receiver';
+import { groupGuid } from '../guid';
+import type { CommHooks, Connector, Device, Listener, RecvComm, SendComm, Traits, Transport } from '../transport';
+import type { OfiConfig } from './config';
+import { OfiEndpoint } from './endpoint';
+import type { Complete, OnCompletions, RecvComm as OfiRecv, ReqBuf, SendComm as OfiSend } from './fabric';
+import { NativeRail, type OfiBinding, type OfiNicInfo } from './native-rail';
+
+/** The engine's answer to ofiOpen, read once per process (thread 0 logs it). */
+export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
+
+// Requests are tracked per slot (NCCL's pool) to tell which use a region.
+class Wrapped {
+  readonly stats: CommStats = { messages: 0, bytes: 0 };
+  trace: RequestTrace | undefined;
+  protected readonly inflight = new Map<number, ReqBuf[]>();
+  protected failedWith: NetError | undefined;
+
+  constructor(
+    protected readonly comm: OfiSend | OfiRecv,
+    private readonly name: string,
+  ) {}
+
+  /** The completion callback the RDMA comm reports to: forgets the slot, then tells the plugin. */
+  static complete(w: () => Wrapped | undefined, hooks: CommHooks): Complete {
+    return (slot, code, sizes) => {
+      w()?.inflight.delete(slot);
+      hooks.complete(slot, code, sizes, sizes.length);
+    };
+  }
+
+  get pending(): number {
+    return this.comm.pending;
+  }
+
+  start(): void {}
+  /** The endpoint ticks its comms (OfiTransport.tick). */
+  tick(): void {}
+
+  close(): void {
+    this.comm.close();
+    this.inflight.clear();
+  }
+
+  fail(err: NetError): void {
+    this.comm.fail(err);
+  }
+
+  /**
+   * RDMA cannot take back what the peer was told of a buffer (its address and key): a request
+   * in flight on the region ends the comm, so that nothing waits on memory NCCL takes back.
+   */
+  cancelRegion(region: Region): number {
+    let n = 0;
+    for (const bufs of this.inflight.values()) if (bufs.some((b) => b.region === region)) n++;
+    if (!n) return 0;
+    const all = this.comm.pending;
+    log.info(`${this.name}: memory of ${n} request(s) in flight was deregistered; the comm ends (${all} request(s) fail)`);
+    this.comm.fail(invalidUsage(`${this.name}: the memory of a request in flight was deregistered`));
+    return all;
+  }
+
+  protected track(slot: number, bufs: ReqBuf[]): void {
+    this.inflight.set(slot, bufs);
+  }
+}
+
+class WrappedSend extends Wrapped implements SendComm {
+  isend(slot: number, region: Region | null, offset: number, size: number, tag: number): void {
+    const buf: ReqBuf = { region: region as never, offset, size, tag };
+    this.track(slot, [buf]);
+    this.stats.messages++;
+    this.stats.bytes += size;
+    (this.comm as OfiSend).isend(slot, buf);
+  }
+}
+
+class WrappedRecv extends Wrapped implements RecvComm {
+  irecv(slot: number, a: RecvArgs): void {
+    const bufs = this.bufs(a);
+    this.track(slot, bufs);
+    this.stats.messages += a.n;
+    (this.comm as OfiRecv).irecv(slot, bufs);
+  }
+
+  iflush(slot: number, a: RecvArgs): void {
+    (this.comm as OfiRecv).iflush(slot, this.bufs(a));
+  }
+
+  private bufs(a: RecvArgs): ReqBuf[] {
+    const out: ReqBuf[] = [];
+    for (let i = 0; i < a.n; i++) out.push({ region: a.regions[i] as never, offset: a.offsets[i], size: a.sizes[i], tag: a.tags[i] });
+    return out;
+  }
+}
+
+interface OfiDevice extends Device {
+  /** Indices of its NICs in ofiOpen's list: its rails. */
+  nics: number[];
+}
+
+export class OfiTransport implements Transport {
+  readonly name = 'ofi';
+  readonly traits: Traits;
+  readonly devices: OfiDevice[];
+  private readonly endpoints: (OfiEndpoint | undefined)[];
+  private portRef: Port | undefined;
+
+  constructor(
+    private readonly config: Config,
+    private readonly ofi: OfiConfig,
+    private readonly binding: OfiBinding,
+    private readonly opened: OfiOpened,
+    private readonly port: () => Port,
+    latencyUs: number,
+  ) {
+    const nics = opened.nics;
+    this.devices = groups(nics, config.deviceGroups).map((members) => {
+      const list = members.map((i) => nics[i]);
+      return {
+        name: list.map((n) => n.domain).join('+'),
+        pciPath: list[0].pciPath || null,
+        guid: list.length === 1 ? list[0].guid : groupGuid(list.map((n) => n.guid)),
+        // Neither tcp nor shm knows its link speed: NCCL's Socket default then.
+        speedMbps: list.reduce((s, n) => s + (n.speedMbps > 0 ? n.speedMbps : 10000), 0),
+        rails: list.length,
+        nics: members,
+      };
+    });
+    const hmem = nics.every((n) => n.hmem);
+    this.traits = {
+      ptrSupport: PtrKind.HOST | (hmem ? PtrKind.CUDA : 0),
+      maxRecvs: 8,
+      regIsGlobal: false,
+      forceFlush: false,
+      maxComms: 32767,
+      latencyUs,
+      maxP2pBytes: 1 << 30,
+      maxCollBytes: 1 << 30,
+    };
+    this.endpoints = this.devices.map(() => undefined);
+  }
+
+  /** INFO lines of discovery (thread 0 logs them). */
+  static describe(opened: OfiOpened): string[] {
+    const lines = [`ofi: ${opened.version}, provider ${opened.nics[0].provider}, ${opened.progress}`];
+    for (const n of opened.nics) lines.push(`ofi: NIC ${n.domain}: ${n.describe}`);
+    const nic = opened.nics[0];
+    lines.push(nic.hmem ? 'ofi: GPU memory is registered directly (FI_HMEM, CUDA)' : `ofi: host memory only: ${nic.hmemWhy || 'the provider offers no FI_HMEM'}`);
+    return lines;
+  }
+
+  private ep(dev: number): OfiEndpoint {
+    let ep = this.endpoints[dev];
+    if (ep) return ep;
+    const d = this.devices[dev];
+    const port = (this.portRef ??= this.port());
+    const rails: NativeRail[] = [];
+    const onCompletions: OnCompletions = (rail, batch) => ep!.onCompletions(rail, batch);
+    try {
+      d.nics.forEach((nic, i) => rails.push(new NativeRail(port, this.binding, nic, this.opened.nics[nic], i, onCompletions)));
+      ep = new OfiEndpoint(rails, { config: this.ofi, name: `ofi ${d.name}`, timeoutMs: this.config.timeoutSec * 1000 });
+    } catch (e) {
+      rails.forEach((r) => r.close());
+      throw e;
+    }
+    this.endpoints[dev] = ep;
+    return ep;
+  }
+
+  listen(dev: number): Listener {
+    const l = this.ep(dev).listen();
+    return {
+      handle: l.handle,
+      accept: (hooks) => {
+        let w: WrappedRecv | undefined;
+        const c = l.accept(Wrapped.complete(() => w, hooks));
+        return c && (w = new WrappedRecv(c, hooks.name));
+      },
+      close: () => l.close(),
+    };
+  }
+
+  connect(dev: number, handle: Uint8Array): Connector {
+    const c = this.ep(dev).connect(handle);
+    return {
+      poll: (hooks) => {
+        let w: WrappedSend | undefined;
+        const s = c.poll(Wrapped.complete(() => w, hooks));
+        return s && (w = new WrappedSend(s, hooks.name));
+      },
+      close: () => (c as unknown as { close?: () => void }).close?.(),
+    };
+  }
+
+  register(region: Region, dev: number): void {
+    const ep = this.ep(dev);
+    const regs = [];
+    try {
+      for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind));
+    } catch (e) {
+      regs.forEach((reg, i) => ep.rails[i].deregMr(reg));
+      throw e;
+    }
+    region.regs = regs;
+  }
+
+  deregister(region: Region, dev: number): void {
+    const ep = this.endpoints[dev];
+    if (!ep) return;
+    region.regs.forEach((reg, i) => ep.rails[i].deregMr(reg as never));
+    region.regs = [];
+  }
+
+  poll(): void {
+    this.portRef?.poll();
+  }
+
+  flush(): void {
+    this.portRef?.flush();
+  }
+
+  tick(now: number, timeoutMs: number): void {
+    for (const ep of this.endpoints) ep?.tick(now, timeoutMs);
+  }
+}
+
+let OPENED: OfiOpened | undefined;
+
+/** Opens libfabric (once per process) for the transport; the answer names the NICs. */
+export function openOfi(binding: OfiBinding): OfiOpened {
+  try {
+    OPENED ??= binding.ofiOpen({ hmem: true });
+    return OPENED;
+  } catch (e) {
+    const err = e as Error & { result?: number };
+    throw err.result === ResultCode.SYSTEM_ERROR || err.result === undefined
+      ? systemError(`TSNET_TRANSPORT=ofi: ${err.message}`)
+      : invalidArgument(`TSNET_TRANSPORT=ofi: ${err.message}`);
+  }
+}
+
+// Devices from NICs: TSNET_DEVICE_GROUPS joins NICs by domain name (a+b,c), else one each.
+function groups(nics: OfiNicInfo[], spec: string | undefined): number[][] {
+  if (!spec) return nics.map((_n, i) => [i]);
+  const byName = new Map(nics.map((n, i) => [n.domain, i]));
+  const used = new Set<number>();
+  const out: number[][] = [];
+  for (const g of spec.split(',').map((x) => x.trim()).filter(Boolean)) {
+    const members = g.split('+').map((m) => {
+      const i = byName.get(m.trim());
+      if (i === undefined) throw invalidArgument(`TSNET_DEVICE_GROUPS=${spec}: ${m} is not a NIC of the provider (${[...byName.keys()].join(', ')})`);
+      if (used.has(i)) throw invalidArgument(`TSNET_DEVICE_GROUPS=${spec}: ${m} is in two groups`);
+      used.add(i);
+      return i;
+    });
+    if (members.length > 4) throw invalidArgument(`TSNET_DEVICE_GROUPS=${spec}: at most 4 NICs per device`);
+    out.push(members);
+  }
+  nics.forEach((_n, i) => used.has(i) || out.push([i]));
+  return out;
+}

@@ -1,0 +1,62 @@
+// The ofi transport's variables: defaults, each variable, and a bad value naming the variable.
+import { describe, expect, it } from 'vitest';
+import { NetError } from '../../plugin/errors';
+import { OFI_DEFAULTS, readOfiConfig } from '../../plugin/transports/ofi/config';
+
+const read = (env: Record<string, string>) => readOfiConfig(env).config;
+
+describe('ofi config', () => {
+  it('defaults follow aws-ofi-nccl', () => {
+    const { config, lines } = readOfiConfig({});
+    expect(config).toEqual(OFI_DEFAULTS);
+    expect(config).toMatchObject({ eagerMax: 8192, minStripe: 131072, smallRrMax: 64, rrCtrl: true, forceRails: 0, bouncePosted: 64 });
+    expect(config.flush).toEqual({ method: 'read', all: false });
+    expect(lines).toContain('ofi eager max bytes (header included) = 8192 (default)');
+  });
+
+  it('reads every variable', () => {
+    const c = read({
+      OFI_NCCL_EAGER_MAX_SIZE: '-1',
+      OFI_NCCL_MIN_STRIPE_SIZE: '4096',
+      OFI_NCCL_SCHED_MAX_SMALL_RR_SIZE: '128',
+      OFI_NCCL_RR_CTRL_MSG: '0',
+      OFI_NCCL_FORCE_NUM_RAILS: '2',
+      OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS: '16',
+    });
+    expect(c).toMatchObject({ eagerMax: -1, minStripe: 4096, smallRrMax: 128, rrCtrl: false, forceRails: 2, bouncePosted: 16 });
+  });
+
+  it('chooses the flush from TSNET_FLUSH and the OFI_NCCL flush variables', () => {
+    expect(read({ OFI_NCCL_GDR_FLUSH_DISABLE: '1' }).flush).toEqual({ method: 'none', all: false });
+    expect(read({ OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE: '1' }).flush).toEqual({ method: 'write-read', all: false });
+    expect(read({ TSNET_FLUSH: 'auto', OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE: 'true' }).flush).toEqual({ method: 'write-read', all: false });
+    expect(read({ TSNET_FLUSH: 'read' }).flush).toEqual({ method: 'read', all: true });
+    expect(read({ TSNET_FLUSH: 'Write-Read' }).flush).toEqual({ method: 'write-read', all: true });
+    expect(read({ TSNET_FLUSH: 'none', OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE: '1' }).flush).toEqual({ method: 'none', all: false });
+  });
+
+  it('an empty variable counts as unset', () => {
+    expect(read({ OFI_NCCL_EAGER_MAX_SIZE: '', TSNET_FLUSH: '' })).toEqual(OFI_DEFAULTS);
+  });
+
+  it.each([
+    ['OFI_NCCL_EAGER_MAX_SIZE', '8k', 'expected an integer'],
+    ['OFI_NCCL_EAGER_MAX_SIZE', '-2', 'expected -1 to 1048576'],
+    ['OFI_NCCL_MIN_STRIPE_SIZE', '0', 'expected 1 to'],
+    ['OFI_NCCL_FORCE_NUM_RAILS', '5', 'expected 0 to 4'],
+    ['OFI_NCCL_RR_CTRL_MSG', 'maybe', 'expected 0 or 1'],
+    ['OFI_NCCL_GDR_FLUSH_DISABLE', '2', 'expected 0 or 1'],
+    ['TSNET_FLUSH', 'sometimes', 'expected auto, read, write-read or none'],
+  ])('%s=%s is an error naming the variable', (name, value, why) => {
+    let err: unknown;
+    try {
+      readOfiConfig({ [name]: value });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(NetError);
+    expect((err as NetError).code).toBe(4);
+    expect((err as NetError).message).toContain(`${name}=${value}`);
+    expect((err as NetError).message).toContain(why);
+  });
+});

@@ -1,0 +1,232 @@
+// Failures: provider errors become NCCL codes with a WARN in the provider's words; a dead peer
+// is found (its operations fail, or its heartbeats stop); closing comms with requests in
+// flight neither hangs nor lets anything of them reach a later comm with the same id; connect
+// refuses stale handles and times out.
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { setLogSink } from '../../plugin/log';
+import { World, buf, pattern } from './harness';
+
+const warns: string[] = [];
+beforeEach(() => {
+  warns.length = 0;
+  setLogSink((level, _f, msg) => {
+    if (level === 2) warns.push(msg);
+  });
+});
+afterEach(() => setLogSink(() => {}));
+
+function setup(opts: ConstructorParameters<typeof World>[0] = {}) {
+  const w = new World({ timeoutMs: 1000, ...opts });
+  const { send, recv } = w.connect();
+  const src = w.a.region(1 << 20);
+  src.bytes!.set(pattern(1, 1 << 20));
+  const dst = w.b.region(1 << 20);
+  return { w, send, recv, src, dst };
+}
+
+describe('provider errors', () => {
+  it('a failed write fails the send with ncclSystemError and a WARN naming the provider words', () => {
+    const { w, send, recv, src, dst } = setup();
+    recv.irecv(1, [buf(dst, 0, 1 << 20, 0)]);
+    w.settle();
+    w.a.host.rails[0].failNext({ type: 'write', status: -5, error: 'fake provider: DMA engine fault' });
+    send.isend(1, buf(src, 0, 100000, 0));
+    w.run(() => w.a.has(1));
+    expect(w.a.take(1)).toEqual({ code: 2, sizes: [0] });
+    expect(warns.some((m) => /RDMA write on rail 0 failed: fake provider: DMA engine fault \(EIO\)/.test(m))).toBe(true);
+    send.isend(2, buf(src, 0, 10, 0)); // later requests fail at once
+    expect(w.a.take(2).code).toBe(2);
+    // The receiver hears nothing more (a failed comm sends no heartbeats) and times out.
+    for (let t = 0; t < 12; t++) w.advance(125);
+    expect(w.b.take(1).code).toBe(6);
+    expect(warns.some((m) => /nothing heard from the peer/.test(m))).toBe(true);
+  });
+
+  it('a connection reset is a remote error', () => {
+    const { w, send, src } = setup();
+    w.a.host.rails[0].failNext({ type: 'send', status: -104, error: 'fake provider: connection reset' });
+    send.isend(1, buf(src, 0, 100, 0)); // eager
+    w.run(() => w.a.has(1));
+    expect(w.a.take(1).code).toBe(6);
+    expect(warns.join('\n')).toMatch(/eager send on rail 0 failed: fake provider: connection reset \(ECONNRESET\)/);
+  });
+
+  it('a write to memory the receiver deregistered fails with the provider words', () => {
+    const { w, send, recv, src, dst } = setup();
+    recv.irecv(1, [buf(dst, 0, 4096, 0)]);
+    w.settle();
+    w.b.host.rails[0].deregMr(dst.regs[0]);
+    send.isend(1, buf(src, 0, 4096, 0));
+    w.run(() => w.a.has(1));
+    expect(w.a.take(1).code).toBe(2);
+    expect(warns.join('\n')).toMatch(/Remote access error: key 0x[0-9a-f]+ is not registered at the target/);
+  });
+});
+
+describe('a dead peer', () => {
+  it('receiver dies with writes and eager sends in flight: they fail with ECONNRESET', () => {
+    const { w, send, recv, src, dst } = setup();
+    recv.irecv(1, [buf(dst, 0, 1 << 20, 0)]);
+    w.settle();
+    w.fabric.kill(w.b.host);
+    send.isend(1, buf(src, 0, 100000, 0));
+    send.isend(2, buf(src, 0, 100, 1));
+    w.run(() => w.a.has(1, 2));
+    expect([w.a.take(1).code, w.a.take(2).code]).toEqual([6, 6]);
+    expect(warns.join('\n')).toMatch(/reset by peer/);
+  });
+
+  it('receiver dies while the sender waits for control messages: the heartbeat finds out', () => {
+    const { w, send, src } = setup();
+    send.isend(1, buf(src, 0, 100000, 0)); // waits for its control message: nothing in flight
+    w.settle();
+    w.fabric.kill(w.b.host);
+    w.advance(300); // quiet for a quarter of the timeout: heartbeat
+    w.run(() => w.a.has(1));
+    expect(w.a.take(1).code).toBe(6);
+  });
+
+  it('sender dies while receives are posted', () => {
+    const { w, recv, dst } = setup();
+    recv.irecv(1, [buf(dst, 0, 100, 0)]);
+    recv.irecv(2, [buf(dst, 100, 100, 0), buf(dst, 200, 100, 1)]);
+    w.settle();
+    w.fabric.kill(w.a.host);
+    w.advance(300);
+    w.run(() => w.b.has(1, 2));
+    expect([w.b.take(1), w.b.take(2)]).toEqual([
+      { code: 6, sizes: [0] },
+      { code: 6, sizes: [0, 0] },
+    ]);
+  });
+
+  it('a peer that says nothing for the timeout with requests pending is declared dead', () => {
+    const { w, recv, dst } = setup();
+    recv.irecv(1, [buf(dst, 0, 100, 0)]);
+    w.settle();
+    // Only b's clock runs: a (frozen) sends no heartbeats; b's heartbeats still reach it.
+    for (let t = 0; t < 9; t++) {
+      w.now += 125;
+      w.b.ep.tick(w.now);
+      w.settle();
+    }
+    expect(w.b.has(1)).toBe(true);
+    expect(w.b.take(1).code).toBe(6);
+    expect(warns.join('\n')).toMatch(/nothing heard from the peer for 1\.\d s with 1 request\(s\) pending/);
+  });
+
+  it('a quiet but live peer is not: heartbeats keep both sides alive for many timeouts', () => {
+    const { w, send, recv, dst } = setup();
+    recv.irecv(1, [buf(dst, 0, 100, 0)]);
+    for (let t = 0; t < 80; t++) {
+      w.advance(125);
+      w.settle();
+    }
+    expect(w.b.done.size + w.a.done.size).toBe(0);
+    expect(w.a.host.rails[0].log.filter((o) => o.type === 'send' && o.len === 0).length).toBeGreaterThan(20);
+    w.check();
+    void send;
+  });
+});
+
+describe('close with requests in flight', () => {
+  it('closing both ends mid-transfer: no completion afterwards, stale traffic dropped, buffers all back', () => {
+    const { w, send, recv, src, dst } = setup({ config: { bouncePosted: 4 } });
+    for (let i = 0; i < 8; i++) recv.irecv(i, [buf(dst, i * 65536, 65536, 0)]);
+    w.fabric.run(() => w.fabric.ops.length > 3);
+    for (let i = 0; i < 8; i++) send.isend(i, buf(src, i * 1000, i % 2 ? 100 : 50000, 0));
+    for (let i = 0; i < 20 && w.fabric.step(); i++);
+    const aDone = w.a.done.size;
+    const bDone = w.b.done.size;
+    recv.close();
+    send.close();
+    w.settle();
+    expect(w.a.done.size).toBe(aDone);
+    expect(w.b.done.size).toBe(bDone);
+    const stale = w.a.ep.stats.staleOps + w.b.ep.stats.staleOps + w.a.ep.stats.staleWrites + w.b.ep.stats.staleWrites + w.b.ep.stats.staleMessages;
+    expect(stale).toBeGreaterThan(0);
+    for (const s of [w.a, w.b]) {
+      s.check();
+      for (const a of s.ep.pool.accounts) expect(a.held).toBe(0);
+      expect(s.ep.ops.inflight).toBe(0);
+    }
+    // The endpoints go on: a new pair works.
+    const p = w.connect();
+    p.recv.irecv(100, [buf(dst, 0, 1000, 5)]);
+    p.send.isend(100, buf(src, 0, 1000, 5));
+    w.run(() => w.a.has(100) && w.b.has(100));
+    expect(w.b.take(100)).toEqual({ code: 0, sizes: [1000] });
+  });
+
+  it('a closed comm id is not reused within the quarantine; after it, the new comm sees nothing of the old one', () => {
+    const { w, send, recv, src, dst } = setup({ maxComms: 2 }); // one id per endpoint
+    recv.irecv(1, [buf(dst, 0, 1 << 20, 0)]);
+    w.settle();
+    w.fabric.hold = (type, len) => type === 'write' && len === 100000;
+    send.isend(1, buf(src, 0, 100000, 0)); // its write is held: in flight
+    w.settle();
+    send.close();
+    expect(() => w.connect()).toThrow(/in use or in quarantine/);
+    w.advance(1001);
+    w.fabric.hold = undefined;
+    // The old write completes now: its token names the closed comm, not the new one with its id.
+    const before = w.a.ep.stats.staleOps;
+    // The receiver heard nothing from the closed sender for the timeout: its receive failed.
+    expect(w.b.take(1)).toEqual({ code: 6, sizes: [0] });
+    recv.close();
+    w.advance(1001);
+    w.settle();
+    expect(w.a.ep.stats.staleOps).toBe(before + 1);
+    const p = w.connect();
+    expect(w.a.done.size + w.b.done.size).toBe(0);
+    p.recv.irecv(2, [buf(dst, 0, 100, 7)]);
+    p.send.isend(2, buf(src, 0, 100, 7));
+    w.run(() => w.a.has(2) && w.b.has(2));
+    expect(w.b.take(2)).toEqual({ code: 0, sizes: [100] });
+    expect(w.a.take(2)).toEqual({ code: 0, sizes: [100] });
+    expect([...w.a.done.keys(), ...w.b.done.keys()]).toEqual([]);
+  });
+
+  it('local operations of a closed comm never reach a new comm that took its id', () => {
+    const { w, send, recv, src, dst } = setup({ maxComms: 2 });
+    recv.irecv(1, [buf(dst, 0, 1 << 20, 0)]);
+    w.settle();
+    w.fabric.hold = (type, len) => type === 'write' && len === 100000;
+    send.isend(1, buf(src, 0, 100000, 0));
+    w.settle();
+    send.close();
+    recv.close();
+    w.advance(1001); // quarantine over while the old write is still in flight
+    const p = w.connect();
+    p.recv.irecv(2, [buf(dst, 0, 200000, 0)]);
+    w.settle();
+    w.fabric.hold = undefined;
+    p.send.isend(2, buf(src, 0, 100000, 0));
+    w.run(() => w.a.has(2) && w.b.has(2));
+    expect(w.a.take(2)).toEqual({ code: 0, sizes: [100000] });
+    expect(w.b.take(2)).toEqual({ code: 0, sizes: [100000] });
+    expect(w.a.done.size + w.b.done.size).toBe(0);
+    expect(w.a.ep.stats.staleOps).toBeGreaterThanOrEqual(1);
+  });
+
+  it('closing a listener refuses later connects; a stale handle is refused; both time out', () => {
+    const w = new World({ timeoutMs: 1000 });
+    const l = w.b.ep.listen();
+    const handle = l.handle;
+    l.close();
+    const c = w.a.ep.connect(handle);
+    w.settle();
+    expect(c.poll(w.a.complete)).toBeUndefined();
+    expect(warns.join('\n')).toMatch(/listener \d+, which is closed/);
+    w.now += 1001;
+    expect(() => c.poll(w.a.complete)).toThrow(/no answer from the listener within 1000 ms/);
+    const l2 = w.b.ep.listen();
+    const stale = l2.handle.slice();
+    stale[12] ^= 0xff; // another nonce
+    w.a.ep.connect(stale);
+    w.settle();
+    expect(warns.join('\n')).toMatch(/stale handle/);
+    expect(l2.accept(w.b.complete)).toBeUndefined();
+    expect(() => w.a.ep.connect(new Uint8Array(128))).toThrow(/not a tsnet libfabric handle/);
+  });
+});
