@@ -12,9 +12,11 @@
 //   *-lat  ping-pong, A -> B -> A, one message of --size each way; one-way latency = RTT / 2.
 //          tsnet: both sides keep their next irecv posted before they send, as NCCL's proxy
 //          does, and poll test(). tcp: one socket, blocking send/recv. A reports.
-//   *-bw   A streams messages of --size to B. tsnet: up to --inflight (8) isends and irecvs
-//          in flight, refilled as test() reports them done; bytes/s of the receives completed
-//          in the measured window. tcp: --streams sockets, one sending and one receiving
+//   *-bw   A streams messages of --size to B. tsnet: over --pairs comm pairs (1), up to
+//          --inflight (8) isends and irecvs in flight per comm, refilled as test() reports them
+//          done; bytes/s and messages/s of the receives completed in the measured window, and
+//          the CPU that each side's protocol threads (tsnet-plugin, tsnet-proto*) and I/O
+//          threads (tsnet-io*) used per message in that window (/proc/self/task/*/schedstat). tcp: --streams sockets, one sending and one receiving
 //          thread each; every message is cut into stripes the way tsnet's schedule cuts it
 //          (max(128 KiB, size/N) rounded up to 4 KiB, round-robin over the streams, starting
 //          where the previous message ended), each stream carries its stripes back to back.
@@ -24,6 +26,7 @@
 // (--timeout); on failure the process prints why on stderr and the bench exits non-zero.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -56,7 +59,8 @@ typedef struct Opts {
   double duration;  // measured seconds
   double warmup;    // seconds not counted
   int streams;      // tcp-bw sockets
-  int inflight;     // tsnet-bw requests in flight per side
+  int inflight;     // tsnet-bw requests in flight per comm and side
+  int pairs;        // tsnet-bw comm pairs
   int version;      // plugin table version
   const char* lib;  // plugin path
   int dev;          // plugin device
@@ -66,7 +70,7 @@ typedef struct Opts {
   int verbose;      // plugin INFO lines on stderr
 } Opts;
 
-static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .version = 12,
+static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .pairs = 1, .version = 12,
                    .lib = "build/libnccl-net-tsnet.so", .timeout = 30.0};
 static const char* g_role = "coordinator";
 
@@ -74,6 +78,7 @@ static const char* g_role = "coordinator";
 #define STRIPE_ALIGN 4096
 #define MAX_INFLIGHT 32
 #define MAX_STREAMS 64
+#define MAX_PAIRS 16  // per-comm counts travel in one channel message (16 x 8 bytes)
 #define RECV_POOL_BYTES (256u << 20)  // receive buffers per side, at most (at least one message)
 #define COMM_ID 0x74736e6562656e63ULL
 
@@ -92,6 +97,40 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// CPU nanoseconds used so far by this process's threads whose name starts with prefix.
+static uint64_t threads_cpu_ns(const char* prefix) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 0;
+  uint64_t total = 0;
+  struct dirent* e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], name[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue;
+    if (!fgets(name, sizeof name, f)) name[0] = 0;
+    fclose(f);
+    if (strncmp(name, prefix, strlen(prefix)) != 0) continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+    f = fopen(path, "r");
+    unsigned long long ns = 0;
+    if (f && fscanf(f, "%llu", &ns) == 1) total += ns;
+    if (f) fclose(f);
+  }
+  closedir(d);
+  return total;
+}
+
+typedef struct Cpu {
+  uint64_t proto, io;  // ns
+} Cpu;
+
+static Cpu cpu_now(void) {
+  Cpu c = {threads_cpu_ns("tsnet-plugin") + threads_cpu_ns("tsnet-proto"), threads_cpu_ns("tsnet-io")};
+  return c;
 }
 
 // Called when a poll of test() found nothing new: NCCL's proxy yields its CPU there.
@@ -159,20 +198,28 @@ static void report_lat(double* us, size_t n, double seconds, int streams) {
   fflush(stdout);
 }
 
-static void report_bw(uint64_t bytes, uint64_t messages, double seconds, int streams) {
+// cpu: for tsnet, the protocol and I/O threads' CPU of the sender (A) and receiver (B) over the
+// window, in ns; NULL for plain TCP.
+static void report_bw(uint64_t bytes, uint64_t messages, double seconds, int streams, const Cpu* send, const Cpu* recv) {
   if (seconds <= 0 || bytes == 0) die("no bandwidth window was measured");
-  char sj[16];
+  char sj[16], cpu[256] = "";
   streams_json(sj, sizeof sj, streams);
-  printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"inflight\":%d,\"messages\":%llu,"
-         "\"bytes\":%llu,\"seconds\":%.6f,\"bw_GBps\":%.6f}\n",
-         k_mode_names[g_o.mode], g_o.size, sj, g_o.version, g_o.inflight, (unsigned long long)messages,
-         (unsigned long long)bytes, seconds, (double)bytes / seconds / 1e9);
+  if (send && recv && messages)
+    snprintf(cpu, sizeof cpu,
+             ",\"cpu_us_per_msg\":{\"send_proto\":%.3f,\"send_io\":%.3f,\"recv_proto\":%.3f,\"recv_io\":%.3f}",
+             (double)send->proto / 1e3 / (double)messages, (double)send->io / 1e3 / (double)messages,
+             (double)recv->proto / 1e3 / (double)messages, (double)recv->io / 1e3 / (double)messages);
+  printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"inflight\":%d,\"pairs\":%d,\"messages\":%llu,"
+         "\"bytes\":%llu,\"seconds\":%.6f,\"bw_GBps\":%.6f,\"msgs_per_s\":%.1f%s}\n",
+         k_mode_names[g_o.mode], g_o.size, sj, g_o.version, g_o.inflight, streams ? 1 : g_o.pairs,
+         (unsigned long long)messages, (unsigned long long)bytes, seconds, (double)bytes / seconds / 1e9,
+         (double)messages / seconds, cpu);
   fflush(stdout);
 }
 
 // ---------------------------------------------------------------- the channel between A and B
 
-enum { CH_HANDLE = 1, CH_PORT = 2, CH_STOP = 3, CH_TOTAL = 4, CH_DONE = 5 };
+enum { CH_HANDLE = 1, CH_PORT = 2, CH_STOP = 3, CH_TOTAL = 4, CH_DONE = 5, CH_START = 6, CH_CPU = 7 };
 typedef struct ChMsg {
   int32_t kind;
   int32_t pad;
@@ -206,7 +253,7 @@ static int ch_get(Chan c, int kind, ChMsg* m, double wait) {
   ssize_t got = read(c.rfd, m, sizeof *m);
   if (got == 0) die("the peer process went away");
   if (got != (ssize_t)sizeof *m) die("channel read: %s", got < 0 ? strerror(errno) : "short");
-  if (m->kind != kind) die("channel: expected message %d, got %d", kind, m->kind);
+  if (kind && m->kind != kind) die("channel: expected message %d, got %d", kind, m->kind);
   return 1;
 }
 
@@ -219,15 +266,22 @@ static void ch_wait(Chan c, int kind, ChMsg* m, const char* what) {
 typedef struct Plug {
   Net net;
   void* ctx;
-  void* lc;  // listen comm
-  void* sc;  // send comm (to the peer)
-  void* rc;  // recv comm (from the peer)
+  int pairs;
+  void* lcs[MAX_PAIRS];  // listen comms
+  void* scs[MAX_PAIRS];  // send comms (to the peer)
+  void* rcs[MAX_PAIRS];  // recv comms (from the peer)
+  void* lc;  // the first of each
+  void* sc;
+  void* rc;
 } Plug;
 
-// Loads and initialises the plugin, then opens a send comm to the peer and a recv comm from
-// it: each side listens, hands its handle over, connects to the peer's, and accepts, polling
-// connect and accept (both non-blocking) until both comms exist.
-static void pl_open(Plug* t, Chan ch) {
+// Loads and initialises the plugin, then opens pairs send comms to the peer and as many recv
+// comms from it: each side listens once per pair, hands its handles over, connects to the
+// peer's, and accepts, polling connect and accept (both non-blocking) until all comms exist.
+static void pl_open_n(Plug* t, Chan ch, int pairs);
+static void pl_open(Plug* t, Chan ch) { pl_open_n(t, ch, 1); }
+
+static void pl_open_n(Plug* t, Chan ch, int pairs) {
   memset(t, 0, sizeof *t);
   char err[512];
   if (shim_open(&t->net, g_o.lib, g_o.version, err, sizeof err) != 0) die("load: %s", err);
@@ -236,23 +290,35 @@ static void pl_open(Plug* t, Chan ch) {
   int ndev = 0;
   rc = shim_devices(&t->net, &ndev);
   if (rc != TSN_SUCCESS || ndev <= g_o.dev) die("devices: rc %d, %d device(s), --dev %d", rc, ndev, g_o.dev);
-  uint8_t mine[TSN_HANDLE_SIZE], peer[TSN_HANDLE_SIZE];
-  memset(mine, 0, sizeof mine);
-  rc = shim_listen(&t->net, t->ctx, g_o.dev, mine, &t->lc);
-  if (rc != TSN_SUCCESS || !t->lc) die("listen failed (rc %d)", rc);
-  ch_put(ch, CH_HANDLE, 0, mine);
-  ChMsg m;
-  ch_wait(ch, CH_HANDLE, &m, "the peer's handle");
-  memcpy(peer, m.data, sizeof peer);
-  double end = now_s() + g_o.timeout;
-  while (!t->sc || !t->rc) {
-    if (!t->sc && (rc = shim_connect(&t->net, t->ctx, g_o.dev, peer, &t->sc)) != TSN_SUCCESS)
-      die("connect failed (rc %d)", rc);
-    if (!t->rc && (rc = shim_accept(&t->net, t->lc, &t->rc)) != TSN_SUCCESS) die("accept failed (rc %d)", rc);
-    if (now_s() > end) die("timed out after %.0f s connecting (send comm %s, recv comm %s)", g_o.timeout,
-                           t->sc ? "up" : "not up", t->rc ? "up" : "not up");
-    idle();
+  t->pairs = pairs;
+  uint8_t peer[MAX_PAIRS][TSN_HANDLE_SIZE];
+  for (int i = 0; i < pairs; i++) {
+    uint8_t mine[TSN_HANDLE_SIZE];
+    memset(mine, 0, sizeof mine);
+    rc = shim_listen(&t->net, t->ctx, g_o.dev, mine, &t->lcs[i]);
+    if (rc != TSN_SUCCESS || !t->lcs[i]) die("listen failed (rc %d)", rc);
+    ch_put(ch, CH_HANDLE, (uint64_t)i, mine);
   }
+  for (int i = 0; i < pairs; i++) {
+    ChMsg m;
+    ch_wait(ch, CH_HANDLE, &m, "the peer's handles");
+    memcpy(peer[m.value], m.data, TSN_HANDLE_SIZE);
+  }
+  double end = now_s() + g_o.timeout;
+  for (int up = 0; up < 2 * pairs;) {
+    up = 0;
+    for (int i = 0; i < pairs; i++) {
+      if (!t->scs[i] && (rc = shim_connect(&t->net, t->ctx, g_o.dev, peer[i], &t->scs[i])) != TSN_SUCCESS)
+        die("connect failed (rc %d)", rc);
+      if (!t->rcs[i] && (rc = shim_accept(&t->net, t->lcs[i], &t->rcs[i])) != TSN_SUCCESS) die("accept failed (rc %d)", rc);
+      up += (t->scs[i] != NULL) + (t->rcs[i] != NULL);
+    }
+    if (now_s() > end) die("timed out after %.0f s connecting (%d of %d comms up)", g_o.timeout, up, 2 * pairs);
+    if (up < 2 * pairs) idle();
+  }
+  t->lc = t->lcs[0];
+  t->sc = t->scs[0];
+  t->rc = t->rcs[0];
 }
 
 static void* pl_reg(Plug* t, void* comm, void* data, size_t size) {
@@ -274,29 +340,34 @@ static void pl_close(Plug* t, Chan ch, void** mrs, void** comms, int nmr) {
     if (rc != TSN_SUCCESS) die("deregMr failed (rc %d)", rc);
   }
   tsn_result_t rc;
-  if ((rc = shim_close_send(&t->net, t->sc)) != TSN_SUCCESS) die("closeSend failed (rc %d)", rc);
-  if ((rc = shim_close_recv(&t->net, t->rc)) != TSN_SUCCESS) die("closeRecv failed (rc %d)", rc);
-  if ((rc = shim_close_listen(&t->net, t->lc)) != TSN_SUCCESS) die("closeListen failed (rc %d)", rc);
+  for (int i = 0; i < t->pairs; i++) {
+    if ((rc = shim_close_send(&t->net, t->scs[i])) != TSN_SUCCESS) die("closeSend failed (rc %d)", rc);
+    if ((rc = shim_close_recv(&t->net, t->rcs[i])) != TSN_SUCCESS) die("closeRecv failed (rc %d)", rc);
+    if ((rc = shim_close_listen(&t->net, t->lcs[i])) != TSN_SUCCESS) die("closeListen failed (rc %d)", rc);
+  }
   if (shim_has_ctx(g_o.version) && (rc = shim_finalize(&t->net, t->ctx)) != TSN_SUCCESS)
     die("finalize failed (rc %d)", rc);
 }
 
-// isend / irecv of one buffer; NULL while the comm's request pool is full.
-static void* pl_isend(Plug* t, void* data, void* mh) {
+// isend / irecv of one buffer on a comm; NULL while the comm's request pool is full.
+static void* pl_isend_on(Plug* t, void* comm, void* data, void* mh) {
   void* req = NULL;
-  tsn_result_t rc = shim_isend(&t->net, t->sc, data, g_o.size, 0, mh, &req);
+  tsn_result_t rc = shim_isend(&t->net, comm, data, g_o.size, 0, mh, &req);
   if (rc != TSN_SUCCESS) die("isend failed (rc %d)", rc);
   return req;
 }
 
-static void* pl_irecv(Plug* t, void* data, void* mh) {
+static void* pl_irecv_on(Plug* t, void* comm, void* data, void* mh) {
   void* req = NULL;
   size_t size = g_o.size;
   int tag = 0;
-  tsn_result_t rc = shim_irecv(&t->net, t->rc, 1, &data, &size, &tag, &mh, &req);
+  tsn_result_t rc = shim_irecv(&t->net, comm, 1, &data, &size, &tag, &mh, &req);
   if (rc != TSN_SUCCESS) die("irecv failed (rc %d)", rc);
   return req;
 }
+
+static void* pl_isend(Plug* t, void* data, void* mh) { return pl_isend_on(t, t->sc, data, mh); }
+static void* pl_irecv(Plug* t, void* data, void* mh) { return pl_irecv_on(t, t->rc, data, mh); }
 
 // Posts with retries until the pool gives a request (bounded by the deadline).
 static void* pl_post(Plug* t, int send, void* data, void* mh) {
@@ -388,85 +459,135 @@ static void tsnet_lat_b(Chan ch) {
 
 // ---------------------------------------------------------------- tsnet: bandwidth
 
-// A: keeps up to --inflight isends in flight until B says stop at (at least) R messages, then
-// tells B how many it sent in all.
+// A: keeps up to --inflight isends in flight on each of its --pairs send comms until B says
+// stop at (at least) R messages in all, then tells B how many it sent; measures its threads'
+// CPU between B's start and stop and hands it to B.
 static void tsnet_bw_a(Chan ch) {
   Plug t;
-  pl_open(&t, ch);
+  int P = g_o.pairs, K = g_o.inflight;
+  pl_open_n(&t, ch, P);
   uint8_t* sbuf = alloc_buf(g_o.size);
-  void* mrs[1] = {pl_reg(&t, t.sc, sbuf, g_o.size)};
-  void* comms[1] = {t.sc};
-  void* req[MAX_INFLIGHT] = {0};
-  uint64_t posted = 0, stop_at = UINT64_MAX;
-  int busy = 0;
+  void* mrs[MAX_PAIRS];
+  for (int p = 0; p < P; p++) mrs[p] = pl_reg(&t, t.scs[p], sbuf, g_o.size);
+  void* req[MAX_PAIRS][MAX_INFLIGHT];
+  memset(req, 0, sizeof req);
+  // Per comm: messages posted, and (after B's stop) how many to send in all.
+  uint64_t posted[MAX_PAIRS] = {0}, stop_at[MAX_PAIRS];
+  for (int p = 0; p < P; p++) stop_at[p] = UINT64_MAX;
+  int busy = 0, stopped = 0;
+  Cpu c0 = {0, 0}, c1 = {0, 0};
   double next_look = 0, progress = now_s();
-  while (posted < stop_at || busy) {
-    for (int i = 0; i < g_o.inflight && posted < stop_at; i++)
-      if (!req[i]) {
-        if (!(req[i] = pl_isend(&t, sbuf, mrs[0]))) break;
-        posted++, busy++;
-      }
+  for (;;) {
+    int more = busy > 0;
+    for (int p = 0; p < P; p++) more |= posted[p] < stop_at[p];
+    if (!more) break;
+    for (int p = 0; p < P; p++)
+      for (int i = 0; i < K && posted[p] < stop_at[p]; i++)
+        if (!req[p][i]) {
+          if (!(req[p][i] = pl_isend_on(&t, t.scs[p], sbuf, mrs[p]))) break;
+          posted[p]++, busy++;
+        }
     int quiet = 1;
-    for (int i = 0; i < g_o.inflight; i++)
-      if (req[i] && pl_done(&t, req[i], 0)) req[i] = NULL, busy--, quiet = 0;
+    for (int p = 0; p < P; p++)
+      for (int i = 0; i < K; i++)
+        if (req[p][i] && pl_done(&t, req[p][i], 0)) req[p][i] = NULL, busy--, quiet = 0;
     double now = now_s();
     if (!quiet) progress = now;
     else if (now - progress > g_o.timeout) die("timed out after %.0f s: no send completed", g_o.timeout);
-    if (stop_at == UINT64_MAX && now >= next_look) {
+    if (!stopped && now >= next_look) {
       ChMsg m;
-      if (ch_get(ch, CH_STOP, &m, 0)) {
-        stop_at = m.value > posted ? m.value : posted;
-        ch_put(ch, CH_TOTAL, stop_at, NULL);  // at once: B may have to post more receives
+      while (!stopped && ch_get(ch, 0, &m, 0)) {
+        if (m.kind == CH_START) c0 = cpu_now();
+        else if (m.kind == CH_STOP) {
+          // B's receives posted per comm: each comm sends at least that many, then its count.
+          c1 = cpu_now();
+          uint64_t theirs[MAX_PAIRS];
+          memcpy(theirs, m.data, sizeof theirs);
+          for (int p = 0; p < P; p++) stop_at[p] = theirs[p] > posted[p] ? theirs[p] : posted[p];
+          stopped = 1;
+          ch_put(ch, CH_TOTAL, 0, stop_at);  // at once: B may have to post more receives
+        } else die("channel: unexpected message %d", m.kind);
       }
       next_look = now + 0.001;
     }
     if (quiet) idle();
   }
-  pl_close(&t, ch, mrs, comms, 1);
+  Cpu d = {c1.proto - c0.proto, c1.io - c0.io};
+  ch_put(ch, CH_CPU, d.proto, &d.io);
+  void* comms[MAX_PAIRS];
+  for (int p = 0; p < P; p++) comms[p] = t.scs[p];
+  pl_close(&t, ch, mrs, comms, P);
 }
 
-// B: keeps up to --inflight irecvs posted; measures the receives completed between the end of
-// the warm-up and the stop, then receives whatever A still sends.
+// B: keeps up to --inflight irecvs posted on each recv comm; measures the receives completed
+// between the end of the warm-up and the stop, then receives whatever A still sends.
 static void tsnet_bw_b(Chan ch) {
   Plug t;
-  pl_open(&t, ch);
-  size_t nbuf = RECV_POOL_BYTES / (g_o.size ? g_o.size : 1);
-  if (nbuf > (size_t)g_o.inflight) nbuf = (size_t)g_o.inflight;
+  int P = g_o.pairs, K = g_o.inflight;
+  pl_open_n(&t, ch, P);
+  size_t nbuf = RECV_POOL_BYTES / (g_o.size ? g_o.size : 1) / (size_t)P;
+  if (nbuf > (size_t)K) nbuf = (size_t)K;
   if (nbuf < 1) nbuf = 1;
-  uint8_t* pool = alloc_buf(nbuf * g_o.size);
-  void* mrs[1] = {pl_reg(&t, t.rc, pool, nbuf * g_o.size)};
-  void* comms[1] = {t.rc};
-  void* req[MAX_INFLIGHT] = {0};
-  // total: what A sends in all, once known; until then, after the stop, B posts no more
-  // than it told A (A sends at least that many).
-  uint64_t posted = 0, done = 0, total = UINT64_MAX, limit = UINT64_MAX, c0 = 0, c1 = 0;
+  uint8_t* pools[MAX_PAIRS];
+  void* mrs[MAX_PAIRS];
+  for (int p = 0; p < P; p++) {
+    pools[p] = alloc_buf(nbuf * g_o.size);
+    mrs[p] = pl_reg(&t, t.rcs[p], pools[p], nbuf * g_o.size);
+  }
+  void* req[MAX_PAIRS][MAX_INFLIGHT];
+  memset(req, 0, sizeof req);
+  // Per comm: receives posted and done; limit: after the stop, no more than B told A (A sends
+  // at least that many on each comm), then exactly what A says it sent.
+  uint64_t posted[MAX_PAIRS] = {0}, got[MAX_PAIRS] = {0}, limit[MAX_PAIRS];
+  for (int p = 0; p < P; p++) limit[p] = UINT64_MAX;
+  uint64_t done = 0, n0 = 0, n1 = 0;
+  int totals = 0;
+  Cpu c0 = {0, 0}, c1 = {0, 0};
   double start = 0, t0 = 0, t1 = 0, progress = now_s();
-  while (done < total) {
-    for (int i = 0; i < g_o.inflight && posted < limit; i++)
-      if (!req[i]) {
-        if (!(req[i] = pl_irecv(&t, pool + (posted % nbuf) * g_o.size, mrs[0]))) break;
-        posted++;
-      }
+  for (;;) {
+    int more = !totals;
+    for (int p = 0; p < P; p++) more |= got[p] < limit[p];
+    if (!more) break;
+    for (int p = 0; p < P; p++)
+      for (int i = 0; i < K && posted[p] < limit[p]; i++)
+        if (!req[p][i]) {
+          if (!(req[p][i] = pl_irecv_on(&t, t.rcs[p], pools[p] + (posted[p] % nbuf) * g_o.size, mrs[p]))) break;
+          posted[p]++;
+        }
     int quiet = 1;
-    for (int i = 0; i < g_o.inflight; i++)
-      if (req[i] && pl_done(&t, req[i], 1)) req[i] = NULL, done++, quiet = 0;
+    for (int p = 0; p < P; p++)
+      for (int i = 0; i < K; i++)
+        if (req[p][i] && pl_done(&t, req[p][i], 1)) req[p][i] = NULL, done++, got[p]++, quiet = 0;
     double now = now_s();
     if (!quiet) progress = now;
     else if (now - progress > g_o.timeout) die("timed out after %.0f s: no receive completed", g_o.timeout);
     if (!quiet && !start) start = now;  // the warm-up starts with the first message
-    if (start && !t0 && now - start >= g_o.warmup && done >= 2) t0 = now, c0 = done;
-    if (t0 && !t1 && now - t0 >= g_o.duration && done > c0) {
-      t1 = now, c1 = done, limit = posted;
-      ch_put(ch, CH_STOP, posted, NULL);
+    if (start && !t0 && now - start >= g_o.warmup && done >= 2) {
+      t0 = now, n0 = done, c0 = cpu_now();
+      ch_put(ch, CH_START, 0, NULL);
     }
-    if (t1 && total == UINT64_MAX) {
+    if (t0 && !t1 && now - t0 >= g_o.duration && done > n0) {
+      t1 = now, n1 = done, c1 = cpu_now();
+      for (int p = 0; p < P; p++) limit[p] = posted[p];
+      ch_put(ch, CH_STOP, 0, posted);
+    }
+    if (t1 && !totals) {
       ChMsg m;
-      if (ch_get(ch, CH_TOTAL, &m, 0)) total = limit = m.value;
+      if (ch_get(ch, CH_TOTAL, &m, 0)) {
+        memcpy(limit, m.data, sizeof limit);
+        totals = 1;
+      }
     }
     if (quiet) idle();
   }
-  pl_close(&t, ch, mrs, comms, 1);
-  report_bw((c1 - c0) * g_o.size, c1 - c0, t1 - t0, 0);
+  ChMsg m;
+  ch_wait(ch, CH_CPU, &m, "the sender's CPU figures");
+  Cpu send = {m.value, 0}, recv = {c1.proto - c0.proto, c1.io - c0.io};
+  memcpy(&send.io, m.data, sizeof send.io);
+  void* comms[MAX_PAIRS];
+  for (int p = 0; p < P; p++) comms[p] = t.rcs[p];
+  pl_close(&t, ch, mrs, comms, P);
+  report_bw((n1 - n0) * g_o.size, n1 - n0, t1 - t0, 0, &send, &recv);
 }
 
 // ---------------------------------------------------------------- plain TCP
@@ -692,7 +813,7 @@ static void tcp_bw_b(Chan ch) {
   ch_put(ch, CH_STOP, 0, NULL);
   for (int i = 0; i < n; i++) pthread_join(st[i].th, NULL);
   for (int i = 0; i < n; i++) close(fds[i]);
-  report_bw(c1 - c0, (c1 - c0) / (g_o.size ? g_o.size : 1), t1 - t0, n);
+  report_bw(c1 - c0, (c1 - c0) / (g_o.size ? g_o.size : 1), t1 - t0, n, NULL, NULL);
 }
 
 // ---------------------------------------------------------------- processes
@@ -700,7 +821,7 @@ static void tcp_bw_b(Chan ch) {
 static void usage(void) {
   fprintf(stderr,
           "usage: tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]\n"
-          "                   [--streams N] [--inflight K] [--version 6..12] [--lib PATH] [--dev D]\n"
+          "                   [--streams N] [--inflight K] [--pairs P] [--version 6..12] [--lib PATH] [--dev D]\n"
           "                   [--timeout S] [--spin | --idle-us US] [--verbose]\n");
   exit(2);
 }
@@ -737,6 +858,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--warmup")) g_o.warmup = atof(v), i++;
     else if (!strcmp(a, "--streams")) g_o.streams = atoi(v), i++;
     else if (!strcmp(a, "--inflight")) g_o.inflight = atoi(v), i++;
+    else if (!strcmp(a, "--pairs")) g_o.pairs = atoi(v), i++;
     else if (!strcmp(a, "--version")) g_o.version = atoi(v), i++;
     else if (!strcmp(a, "--lib")) g_o.lib = v, i++;
     else if (!strcmp(a, "--dev")) g_o.dev = atoi(v), i++;
@@ -747,6 +869,7 @@ int main(int argc, char** argv) {
   if (!have_size || g_o.size < 1 || g_o.size > ((size_t)1 << 30)) die("--size must be 1 .. 2^30 bytes");
   if (g_o.streams < 1 || g_o.streams > MAX_STREAMS) die("--streams must be 1 .. %d", MAX_STREAMS);
   if (g_o.inflight < 1 || g_o.inflight > MAX_INFLIGHT) die("--inflight must be 1 .. %d", MAX_INFLIGHT);
+  if (g_o.pairs < 1 || g_o.pairs > MAX_PAIRS) die("--pairs must be 1 .. %d", MAX_PAIRS);
   if (g_o.duration <= 0 || g_o.warmup < 0 || g_o.timeout <= 0) die("bad --duration, --warmup or --timeout");
   if (g_o.mode == M_TCP_LAT) g_o.streams = 1;
   if ((g_o.size + MIN_STRIPE - 1) / MIN_STRIPE > MAX_PARTS) die("--size too large for the stripe table");

@@ -1,26 +1,24 @@
 // Smoke test of the loopback benchmark: `node dist/bench/main.js --quick` runs end to end
 // through the built plugin and writes a table, bench.json and bench.svg of the right shape.
 // It checks shapes only, never a speed. Needs `npm run build` (npm test does it first).
-import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SpawnSyncReturns } from 'node:child_process';
+import { runAsync, type Ran } from '../test/support/spawn';
 
 const root = path.resolve(__dirname, '..');
 const out = fs.mkdtempSync(path.join(os.tmpdir(), 'tsnet-bench-'));
 afterAll(() => fs.rmSync(out, { recursive: true, force: true }));
 
 describe('bench --quick', () => {
-  let run: SpawnSyncReturns<string>;
-  beforeAll(() => {
-    run = spawnSync(process.execPath, ['dist/bench/main.js', '--quick', '--streams', '2', '--out', out], {
+  let run: Ran;
+  beforeAll(async () => {
+    run = await runAsync(process.execPath, ['dist/bench/main.js', '--quick', '--streams', '2', '--out', out], {
       cwd: root,
-      encoding: 'utf8',
       timeout: 240_000,
     });
-  });
+  }, 300_000);
 
   it('exits 0 and prints the table and the verdict', () => {
     expect(run.stderr).toMatch(/\[1\/\d+\] 8 B repeat 1\/1 tsnet latency/);
