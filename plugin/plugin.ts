@@ -375,6 +375,7 @@ export class Plugin {
         this.connecting.delete(key);
       }
       this.ctxs.delete(ctx);
+      if (!this.ctxs.size && !this.comms.size && !this.listeners.size && !this.connecting.size) this.transport?.release?.();
       if (this.config?.stats) {
         log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy()));
         if (this.host.thread === 0) {

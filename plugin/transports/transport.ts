@@ -119,4 +119,10 @@ export interface Transport {
   deregister?(region: Region, dev: number): void;
   /** Periodic, per thread: liveness of comms the transport ticks itself. */
   tick?(now: number, timeoutMs: number): void;
+  /**
+   * The thread has no context, comm or listener left (the last finalize): resources the
+   * transport opened lazily go (libfabric endpoints: shm's leave a region in /dev/shm
+   * behind when the process ends with _exit). The next listen or connect opens them again.
+   */
+  release?(): void;
 }

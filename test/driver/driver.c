@@ -15,7 +15,9 @@
 // lifecycle otherwise run in one process.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -949,6 +952,29 @@ static int is_ofi(void) {
   return t && !strcasecmp(t, "ofi");
 }
 
+// libfabric's shm provider names each endpoint's shared-memory region after the process
+// ("<pid>:<n>:<n>" in /dev/shm). After the last finalize none of this process's may be left:
+// a process that ends with _exit (as these roles do) would leak it, and a later process given
+// the same pid could not enable its endpoint.
+static void check_no_shm_regions(void) {
+  const char* p = getenv("FI_PROVIDER");
+  if (!is_ofi() || !p || strcmp(p, "shm")) return;
+  char prefix[32];
+  int n = snprintf(prefix, sizeof prefix, "%d:", (int)getpid());
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  const char* left = NULL;
+  static char name[256];
+  for (struct dirent* e; (e = readdir(d));)
+    if (!strncmp(e->d_name, prefix, (size_t)n)) {
+      snprintf(name, sizeof name, "%s", e->d_name);
+      left = name;
+    }
+  closedir(d);
+  check(!left, "after finalize no libfabric shm region of this process is left in /dev/shm%s%s", left ? ": " : "",
+        left ? left : "");
+}
+
 // One role in this process: it loads the library itself.
 static void role_run(int version, const PairScenario* sc, int param, int sender, Chan ch) {
   set_prefix(version, sc->name, sender ? "send" : "recv");
@@ -962,6 +988,7 @@ static void role_run(int version, const PairScenario* sc, int param, int sender,
       }
       set_prefix(version, sc->name, sender ? "send" : "recv");
       fini_ctx(&n, ctx);
+      if (shim_has_ctx(version)) check_no_shm_regions();
     } else {
       chan_put(&ch, MSG_ABORT, NULL, 0);
     }
@@ -972,9 +999,35 @@ static void role_run(int version, const PairScenario* sc, int param, int sender,
 }
 
 // One role in a forked process; reports its counts on resfd.
+// A role that dies of a fault says where on stderr (the thread's name and the native
+// stack), then dies of the same signal: the parent still reports "died of signal N".
+static void crash_report(int sig, siginfo_t* si, void* uc) {
+  (void)uc;
+  char head[160], thread[17] = {0};
+  prctl(PR_GET_NAME, thread, 0, 0, 0);
+  int n = snprintf(head, sizeof head, "CRASH: pid %d thread %s: signal %d at address %p; native stack:\n", (int)getpid(),
+                   thread, sig, si ? si->si_addr : NULL);
+  ssize_t w = write(2, head, (size_t)n);
+  (void)w;
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
+  // SA_RESETHAND restored the default action: returning faults again and ends the process.
+}
+
+static void install_crash_report(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = crash_report;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE};
+  for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) sigaction(sigs[k], &sa, NULL);
+}
+
 static void __attribute__((noreturn)) role_process(int version, const PairScenario* sc, int param, int sender, Chan ch,
                                                    int resfd) {
   g_pass = g_fail = 0;
+  install_crash_report();
   role_run(version, sc, param, sender, ch);
   int counts[2] = {g_pass, g_fail};
   ssize_t w = write(resfd, counts, sizeof counts);

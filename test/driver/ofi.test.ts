@@ -60,6 +60,11 @@ for (const provider of ['tcp', 'shm'])
       expect(pair.out).toMatch(/^ok - v12 killpeer \[send\]: after the receiver's SIGKILL test\(\) returned an error/m);
     });
 
+    it.runIf(provider === 'shm')('--procs 2: after the last finalize no shm region of the process is left in /dev/shm', () => {
+      for (const side of ['send', 'recv'])
+        expect(pair.out).toMatch(new RegExp(`^ok - v12 transfer \\[${side}\\]: after finalize no libfabric shm region of this process is left`, 'm'));
+    });
+
     it('init logs the version of libfabric, the provider, its NICs and whether GPU memory is registered', async () => {
       const r = await run(['tables', '--version', '12', '--verbose'], provider);
       expect(r.err).toMatch(/NET\/tsnet ofi: libfabric 1\.\d+ \(API 1\.\d+\), provider (tcp;ofi_rxm|shm), FI_PROGRESS_(AUTO|MANUAL)/);

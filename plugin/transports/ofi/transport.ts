@@ -115,6 +115,8 @@ export class OfiTransport implements Transport {
   readonly traits: Traits;
   readonly devices: OfiDevice[];
   private readonly endpoints: (OfiEndpoint | undefined)[];
+  /** The native rails of each device's endpoint (closed by release). */
+  private readonly railsOf: NativeRail[][];
   private portRef: Port | undefined;
 
   constructor(
@@ -150,6 +152,7 @@ export class OfiTransport implements Transport {
       maxCollBytes: 1 << 30,
     };
     this.endpoints = this.devices.map(() => undefined);
+    this.railsOf = this.devices.map(() => []);
   }
 
   /** INFO lines of discovery (thread 0 logs them). */
@@ -176,6 +179,7 @@ export class OfiTransport implements Transport {
       throw e;
     }
     this.endpoints[dev] = ep;
+    this.railsOf[dev] = rails;
     return ep;
   }
 
@@ -233,6 +237,17 @@ export class OfiTransport implements Transport {
 
   tick(now: number, timeoutMs: number): void {
     for (const ep of this.endpoints) ep?.tick(now, timeoutMs);
+  }
+
+  release(): void {
+    this.endpoints.forEach((ep, dev) => {
+      if (!ep) return;
+      this.endpoints[dev] = undefined;
+      ep.close();
+      for (const r of this.railsOf[dev]) r.close();
+      this.railsOf[dev] = [];
+    });
+    this.portRef?.flush();
   }
 }
 
