@@ -69,6 +69,8 @@ export class Plugin {
   private config: Config | undefined;
   private transport: Transport | undefined;
   private tracer: Tracer | undefined;
+  /** A turn is scheduled because submissions wait for room in a full ring. */
+  private again = false;
   private readonly ctxs = new Set<number>();
   private readonly listeners = new Map<number, { ctx: number; dev: number; listener: Listener }>();
   private readonly connecting = new Map<string, Connector>();
@@ -106,7 +108,19 @@ export class Plugin {
     const t = this.transport;
     if (!t) return;
     t.poll();
-    t.flush();
+    // A full submission ring: turn again as soon as the loop comes round, not when a
+    // completion or the watchdog happens to wake this thread.
+    if (t.flush() && !this.again) {
+      this.again = true;
+      setImmediate(() => {
+        this.again = false;
+        try {
+          this.turn(0);
+        } catch (e) {
+          log.warn(`turn after a full submission ring: ${(e as Error).stack ?? e}`);
+        }
+      });
+    }
     this.tracer?.flush();
   }
 

@@ -258,7 +258,7 @@ export class Port {
     }
   }
 
-  /** True while submissions wait for room in a full ring (the caller keeps turning). */
+  /** True while submissions wait for room in a full ring (the protocol thread turns again at once). */
   get backlog(): boolean {
     return this.subs.some((r) => r.overflow.length > 0);
   }

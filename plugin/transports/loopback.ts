@@ -85,5 +85,7 @@ export class LoopbackTransport implements Transport {
   }
 
   poll(): void {}
-  flush(): void {}
+  flush(): boolean {
+    return false;
+  }
 }

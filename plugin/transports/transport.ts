@@ -112,8 +112,8 @@ export interface Transport {
   connect(dev: number, handle: Uint8Array): Connector;
   /** Hands completions that wait to their comms (a protocol thread's turn). */
   poll(): void;
-  /** Publishes the turn's submissions. */
-  flush(): void;
+  /** Publishes the turn's submissions; true while some still wait for room in a full ring. */
+  flush(): boolean;
   /** Registers a region with the device's NICs (transports whose peers address memory: libfabric). */
   register?(region: Region, dev: number): void;
   deregister?(region: Region, dev: number): void;

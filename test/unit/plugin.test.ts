@@ -467,6 +467,26 @@ describe('Plugin requests through the mailbox', () => {
     expect(t.slot(send, 1)).toEqual(POSTED);
   });
 
+  it('turns again on its own while submissions wait for room in a full ring, once per loop round', async () => {
+    const t = setup();
+    t.init();
+    const transport = t.host.transports[0];
+    let waiting = 3; // flushes that still find a full ring
+    let flushes = 0;
+    transport.flush = () => {
+      flushes++;
+      return --waiting > 0;
+    };
+    t.plugin.turn(0);
+    t.plugin.turn(0); // a second turn in the same round schedules nothing more
+    expect(flushes).toBe(2);
+    await t.settle();
+    expect(flushes).toBe(3);
+    expect(waiting).toBe(0);
+    await t.settle();
+    expect(flushes).toBe(3); // no backlog: no turn of its own
+  });
+
   it('a flush of host memory completes at once, writing no sizes', async () => {
     const t = setup();
     const ctx = t.init();

@@ -231,8 +231,9 @@ export class OfiTransport implements Transport {
     this.portRef?.poll();
   }
 
-  flush(): void {
+  flush(): boolean {
     this.portRef?.flush();
+    return this.portRef?.backlog ?? false;
   }
 
   tick(now: number, timeoutMs: number): void {

@@ -139,7 +139,7 @@ class TcpListener implements Listener {
       };
       if (err || !h) return refuse(err?.message ?? 'no greeting');
       if (!h.nonce.equals(this.nonce)) return refuse('wrong nonce (a stale handle or a stranger)');
-      if (h.role === Role.ACK || h.lanes > 64 || h.lane > h.lanes) return refuse(`bad greeting (role ${h.role}, lane ${h.lane} of ${h.lanes})`);
+      if (h.role === Role.ACK || h.lane > h.lanes) return refuse(`bad greeting (role ${h.role}, lane ${h.lane} of ${h.lanes})`);
       const key = h.connId.toString('hex');
       let inc = this.incoming.get(key);
       if (!inc) {
@@ -169,8 +169,8 @@ class TcpListener implements Listener {
   private complete(inc: Incoming, h: Hello): void {
     const socks = inc.socks as net.Socket[];
     const [eager, stripes, laneChoice] = [byId(EAGER_POLICIES, h.policies[0]), byId(STRIPE_POLICIES, h.policies[1]), byId(LANE_POLICIES, h.policies[2])];
-    if (!eager || !stripes || !laneChoice || h.lanes < 1) {
-      this.refusals.refuse(`${socks[0].remoteAddress}`, `the sender asks for policies ${h.policies.join('/')} and ${h.lanes} data lanes, which this tsnet does not know`);
+    if (!eager || !stripes || !laneChoice) {
+      this.refusals.refuse(`${socks[0].remoteAddress}`, `the sender asks for policies ${h.policies.join('/')}, which this tsnet does not know`);
       socks.forEach((s) => s.destroy());
       return;
     }
@@ -315,7 +315,8 @@ export class TcpTransport implements Transport {
     this.io.port.poll();
   }
 
-  flush(): void {
+  flush(): boolean {
     this.io.port.flush();
+    return this.io.port.backlog;
   }
 }
