@@ -3,6 +3,7 @@
 // socket variables and aws-ofi-nccl's OFI_NCCL_* are honoured where they mean the same.
 import * as os from 'node:os';
 import { invalidArgument } from './errors';
+import { LIMITS } from './protocol/link';
 import { type OfiConfig, readOfiConfig } from './transports/ofi/config';
 import {
   EAGER_POLICIES, type EagerPolicy, LANE_POLICIES, type LanePolicy, STRIPE_POLICIES, type StripePolicy, byName,
@@ -95,15 +96,15 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
   const nSrc = pick(env, ['TSNET_NSOCKS']);
   let nsocks = 4;
   let nsocksSrc: Source | undefined = nSrc;
-  if (nSrc) nsocks = int(nSrc, 1, 64);
+  if (nSrc) nsocks = int(nSrc, 1, LIMITS.lanes);
   else {
     const th = pick(env, ['NCCL_SOCKET_NTHREADS']);
     const per = pick(env, ['NCCL_NSOCKS_PERTHREAD']);
     if (th || per) {
       const threads = th ? int(th, 1, 16) : 1;
-      const socks = per ? int(per, 1, 64) : 1;
-      if (threads * socks > 64)
-        throw invalidArgument(`NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = ${threads * socks}: at most 64`);
+      const socks = per ? int(per, 1, LIMITS.lanes) : 1;
+      if (threads * socks > LIMITS.lanes)
+        throw invalidArgument(`NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD = ${threads * socks}: at most ${LIMITS.lanes}`);
       nsocks = threads * socks;
       nsocksSrc = { name: [th?.name, per?.name].filter(Boolean).join(' x '), value: String(nsocks) };
     }
@@ -114,12 +115,12 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
   // itself (ofi/config.ts: -1 disables eager there).
   const eSrc = pick(env, transport === 'ofi' ? ['TSNET_EAGER_MAX'] : ['TSNET_EAGER_MAX', 'OFI_NCCL_EAGER_MAX_SIZE']);
   // 64 KiB covers NCCL's LL messages: they ride the control lane, no I/O-thread hop.
-  let eagerMax = eSrc ? int(eSrc, -1, 1 * MiB) : 64 * KiB;
+  let eagerMax = eSrc ? int(eSrc, -1, LIMITS.eagerMax) : 64 * KiB;
   if (eagerMax < 0) eagerMax = 0; // aws-ofi-nccl's "-1 disables": only empty messages go inline
   if (transport !== 'ofi') note('eager max bytes', eagerMax, eSrc);
 
   const sSrc = pick(env, ['TSNET_MIN_STRIPE']);
-  const minStripe = sSrc ? int(sSrc, 4 * KiB, 64 * MiB) : 128 * KiB;
+  const minStripe = sSrc ? int(sSrc, LIMITS.minStripe, LIMITS.maxStripe) : 128 * KiB;
   if (minStripe % (4 * KiB)) throw invalidArgument(`${sSrc!.name}=${sSrc!.value}: expected a multiple of 4096`);
   note('min stripe bytes', minStripe, sSrc);
 

@@ -62,6 +62,9 @@ export interface StreamLink {
   close(graceful: boolean): boolean;
 }
 
+/** Limits every tsnet keeps to, and a receiver checks in the sender's HELLO before it sizes anything by them. */
+export const LIMITS = { eagerMax: 1 << 20, lanes: 64, minStripe: 4096, maxStripe: 64 << 20 } as const;
+
 /**
  * The receive ring a receiver needs for the sender's eagerMax: at least two of the largest
  * frames (so one held while waiting for its receive does not stop the next), at least 64 KiB.

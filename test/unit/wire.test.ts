@@ -205,7 +205,7 @@ describe('HELLO', () => {
     hello(),
     hello({ role: Role.DATA, lane: 3 }),
     hello({ role: Role.ACK, status: 7 }),
-    hello({ lanes: 0, eagerMax: 0, minStripe: 4096 }),
+    hello({ lanes: 1, eagerMax: 0, minStripe: 4096 }),
     hello({ lanes: 64, lane: 63, role: Role.DATA, eagerMax: 1 << 20, minStripe: 64 << 20, status: 0xffffffff }),
     hello({ policies: [1, 2, 2] }),
     hello({ policies: [255, 0, 7] }),
@@ -265,6 +265,20 @@ describe('HELLO', () => {
     h.writeUInt32LE(HANDLE_MAGIC, 0);
     expect(decodeHello(h)).toMatch(/bad magic/);
     expect(decodeHello(Buffer.alloc(HELLO_BYTES, 0x41))).toMatch(/bad magic/);
+  });
+
+  it('refuses lanes, an eager limit or a stripe no tsnet sends, before anything is sized by them', () => {
+    const bad: [Partial<Hello>, RegExp][] = [
+      [{ lanes: 0 }, /^0 data lanes \(1 to 64\)$/],
+      [{ lanes: 65 }, /^65 data lanes/],
+      [{ lanes: 0xffffffff }, /^4294967295 data lanes/],
+      [{ eagerMax: (1 << 20) + 1 }, /^an eager limit of 1048577 bytes \(at most 1048576\)$/],
+      [{ eagerMax: 0xffffffff }, /^an eager limit of 4294967295 bytes/],
+      [{ minStripe: 0 }, /^a minimum stripe of 0 bytes/],
+      [{ minStripe: 4097 }, /^a minimum stripe of 4097 bytes \(a multiple of 4096 up to 67108864\)$/],
+      [{ minStripe: (64 << 20) + 4096 }, /^a minimum stripe of 67112960 bytes/],
+    ];
+    for (const [over, why] of bad) expect(decodeHello(encodeHello(hello(over)))).toMatch(why);
   });
 
   it('another protocol version is named with both versions', () => {

@@ -9,6 +9,7 @@
 //         plugin/protocol/policies/)
 import * as net from 'node:net';
 import { invalidArgument } from '../../errors';
+import { LIMITS } from '../../protocol/link';
 
 export const PROTOCOL_VERSION = 2;
 export const HANDLE_MAGIC = 0x544e5354;
@@ -146,7 +147,7 @@ export function decodeHello(b: Buffer): Hello | string {
   if (version !== PROTOCOL_VERSION) return `protocol version ${version}, expected ${PROTOCOL_VERSION}`;
   const role = b.readUInt8(6);
   if (role < Role.CONTROL || role > Role.ACK) return `unknown role ${role}`;
-  return {
+  const h: Hello = {
     role,
     lane: b.readUInt8(7),
     nonce: Buffer.from(b.subarray(8, 16)),
@@ -157,4 +158,11 @@ export function decodeHello(b: Buffer): Hello | string {
     status: b.readUInt32LE(36),
     policies: [b.readUInt8(40), b.readUInt8(41), b.readUInt8(42)],
   };
+  // The receiver sizes its receive ring by eagerMax and its sockets by lanes: a value no tsnet
+  // sends is refused here, before anything is allocated for it.
+  if (h.lanes < 1 || h.lanes > LIMITS.lanes) return `${h.lanes} data lanes (1 to ${LIMITS.lanes})`;
+  if (h.eagerMax > LIMITS.eagerMax) return `an eager limit of ${h.eagerMax} bytes (at most ${LIMITS.eagerMax})`;
+  if (h.minStripe < LIMITS.minStripe || h.minStripe > LIMITS.maxStripe || h.minStripe % LIMITS.minStripe)
+    return `a minimum stripe of ${h.minStripe} bytes (a multiple of ${LIMITS.minStripe} up to ${LIMITS.maxStripe})`;
+  return h;
 }
