@@ -278,7 +278,10 @@ tsn_result_t hostStartMore(int n, std::string* why) {
     return TSN_INVALID_ARGUMENT;
   }
   if (h.started.load() > 1) return TSN_SUCCESS;
+  // A thread is started once: one that runs from an earlier, failed attempt stays (idle until
+  // all start), and one that failed is not tried again (its error is reported each time).
   for (int i = 1; i < n; i++) {
+    if (h.threads[i].state != State::kIdle) continue;
     h.threads[i].state = State::kStarting;
     std::thread(protocolMain, i).detach();
   }
