@@ -1,16 +1,16 @@
 // The sender's matcher: the earliest posted receive with an unused entry of the send's tag,
 // equal tags in order, different tags out of order, sends waiting for control messages.
 import { describe, expect, it } from 'vitest';
-import { FifoSendMatcher } from '../../plugin/transports/ofi/matcher';
+import { SharedSendMatcher } from '../../plugin/transports/ofi/matcher';
 
 function make() {
   const matches: [string | number, number, number][] = [];
   const full: number[] = [];
-  const m = new FifoSendMatcher<string | number>({ onMatch: (s, r, i) => matches.push([s, r, i]), onFull: (r) => full.push(r) });
+  const m = new SharedSendMatcher<string | number>({ onMatch: (s, r, i) => matches.push([s, r, i]), onFull: (r) => full.push(r) });
   return { m, matches, full };
 }
 
-describe('FifoSendMatcher', () => {
+describe('SharedSendMatcher', () => {
   it('matches a receive A (tag 8) posted before B (tags 0-7): tag 0 fills B[0], tag 8 fills A', () => {
     const { m, matches, full } = make();
     m.post(0, 1, [8]);

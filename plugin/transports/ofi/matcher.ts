@@ -4,8 +4,9 @@
 // order; sends with different tags may match out of order. A send that matches no known
 // receive waits, in send order, for the next control messages.
 //
-// SendMatcher is the seam where the shared Matcher of plugin/protocol/matching.ts plugs in:
-// the comm only calls post/arrive/clear and is told of matches through MatchSink.
+// The comm only calls post/arrive/clear and is told of matches through MatchSink; the
+// matching itself is plugin/protocol/matching.ts's, the one place the rule lives.
+import { MAX_ENTRIES, Matcher, type RecvEntry } from '../../protocol/matching';
 
 export interface MatchSink<S> {
   /** send takes entry `index` of receive `recv`. */
@@ -32,23 +33,26 @@ export interface SendMatcher<S> {
 /** Receives that can have unused entries at once: the control mailbox's slots. */
 const WINDOW = 256;
 
-export class FifoSendMatcher<S> implements SendMatcher<S> {
+/**
+ * The sender's matcher: plugin/protocol/matching.ts's Matcher (the one rule, shared with the
+ * TCP receiver) with receives named by their sequence numbers, plus what the control mailbox
+ * needs to know: how many receives were announced and the oldest one still open.
+ */
+export class SharedSendMatcher<S> implements SendMatcher<S> {
   known = 0;
   private head = 0; // oldest receive that may have an unused entry
-  private readonly n = new Uint8Array(WINDOW);
-  private readonly used = new Uint8Array(WINDOW); // bit i: entry i taken
-  private readonly tags = new Int32Array(WINDOW * 8);
-  private sends: (S | undefined)[] = new Array(64).fill(undefined);
-  private sendTags = new Int32Array(64);
-  private count = 0;
-  // Matches found by post, reported after the queue is consistent again.
-  private readonly mSend: (S | undefined)[] = new Array(8).fill(undefined);
-  private readonly mIndex = new Int32Array(8);
+  private readonly left = new Uint8Array(WINDOW); // unused entries per receive
+  private readonly matcher: Matcher<number, S>;
+  // Entry lists handed to Matcher.post, one per length, reused (only their tags change).
+  private readonly entries: RecvEntry[][] = [];
 
-  constructor(private readonly sink: MatchSink<S>) {}
+  constructor(private readonly sink: MatchSink<S>) {
+    this.matcher = new Matcher<number, S>((recv, index, send) => this.matched(recv, index, send));
+    for (let n = 0; n <= MAX_ENTRIES; n++) this.entries.push(Array.from({ length: n }, () => ({ size: 0, tag: 0 })));
+  }
 
   get queued(): number {
-    return this.count;
+    return this.matcher.waiting;
   }
 
   get oldest(): number {
@@ -58,85 +62,29 @@ export class FifoSendMatcher<S> implements SendMatcher<S> {
   post(recv: number, n: number, tags: ArrayLike<number>): void {
     if (recv !== this.known) throw new Error(`matcher: receive ${recv} posted, expected ${this.known}`);
     if (recv - this.head >= WINDOW) throw new Error(`matcher: more than ${WINDOW} receives with unused entries`);
-    const w = recv % WINDOW;
-    this.n[w] = n;
-    for (let i = 0; i < n; i++) this.tags[w * 8 + i] = tags[i];
-    let used = 0;
-    let matched = 0;
-    // Waiting sends take entries in send order; the rest of the queue closes up behind them.
-    let keep = 0;
-    for (let k = 0; k < this.count; k++) {
-      const s = this.sends[k];
-      const tag = this.sendTags[k];
-      let index = -1;
-      if (matched < n)
-        for (let i = 0; i < n; i++)
-          if (!(used & (1 << i)) && tags[i] === tag) {
-            index = i;
-            break;
-          }
-      if (index >= 0) {
-        used |= 1 << index;
-        this.mSend[matched] = s;
-        this.mIndex[matched++] = index;
-      } else {
-        this.sends[keep] = s;
-        this.sendTags[keep++] = tag;
-      }
-    }
-    for (let k = keep; k < this.count; k++) this.sends[k] = undefined;
-    this.count = keep;
-    this.used[w] = used;
+    const entries = this.entries[n];
+    if (!entries || n < 1) throw new RangeError(`matcher: a receive has 1 to ${MAX_ENTRIES} entries, not ${n}`);
+    for (let i = 0; i < n; i++) entries[i].tag = tags[i];
+    this.left[recv % WINDOW] = n;
     this.known = recv + 1;
-    for (let m = 0; m < matched; m++) {
-      const s = this.mSend[m] as S;
-      this.mSend[m] = undefined;
-      this.sink.onMatch(s, recv, this.mIndex[m]);
-    }
-    if (matched === n) this.full(recv);
+    this.matcher.post(recv, entries);
   }
 
   arrive(send: S, tag: number): boolean {
-    for (let r = this.head; r < this.known; r++) {
-      const w = r % WINDOW;
-      const n = this.n[w];
-      const used = this.used[w];
-      if (used === (1 << n) - 1) continue;
-      for (let i = 0; i < n; i++) {
-        if (used & (1 << i) || this.tags[w * 8 + i] !== tag) continue;
-        this.used[w] = used | (1 << i);
-        this.sink.onMatch(send, r, i);
-        if (this.used[w] === (1 << n) - 1) this.full(r);
-        return true;
-      }
-    }
-    if (this.count === this.sends.length) this.grow();
-    this.sends[this.count] = send;
-    this.sendTags[this.count++] = tag;
-    return false;
+    const waiting = this.matcher.waiting;
+    this.matcher.arrive(send, tag);
+    return this.matcher.waiting === waiting;
   }
 
   clear(): void {
-    this.sends.fill(undefined);
-    this.count = 0;
+    this.matcher.clear();
     this.head = this.known;
   }
 
-  private full(recv: number): void {
+  private matched(recv: number, index: number, send: S): void {
+    this.sink.onMatch(send, recv, index);
+    if (--this.left[recv % WINDOW] > 0) return;
     this.sink.onFull(recv);
-    while (this.head < this.known) {
-      const w = this.head % WINDOW;
-      if (this.used[w] !== (1 << this.n[w]) - 1) break;
-      this.head++;
-    }
-  }
-
-  private grow(): void {
-    const sends = new Array(this.sends.length * 2).fill(undefined);
-    for (let i = 0; i < this.count; i++) sends[i] = this.sends[i];
-    const tags = new Int32Array(this.sends.length * 2);
-    tags.set(this.sendTags);
-    this.sends = sends;
-    this.sendTags = tags;
+    while (this.head < this.known && this.left[this.head % WINDOW] === 0) this.head++;
   }
 }

@@ -14,7 +14,7 @@ import { log } from '../../log';
 import { OfiComm } from './comm';
 import type { OfiEndpoint, OwnedRegion } from './endpoint';
 import type { Region, ReqBuf, SendComm } from './fabric';
-import { FifoSendMatcher, type MatchSink } from './matcher';
+import { SharedSendMatcher, type MatchSink } from './matcher';
 import { OpKind } from './ops';
 import { EAGER_HEADER_BYTES, eagerLimit, mayGoEager } from './policy/eager';
 import { Schedule, StripeScheduler } from './policy/stripes';
@@ -77,7 +77,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   private readonly mem: OwnedRegion;
   private readonly mb32: Uint32Array;
   private readonly mbI32: Int32Array;
-  private readonly matcher = new FifoSendMatcher<SendRec>(this);
+  private readonly matcher = new SharedSendMatcher<SendRec>(this);
   private readonly recs: SendRec[] = [];
   private readonly freeRecs: SendRec[] = [];
   private live = 0;
