@@ -258,10 +258,7 @@ bool fillRx(IoThread* t, Lane* l) {
       // every one once. Dekker with it: it stores consumed, then loads stalled; we store
       // stalled, then load consumed (room found now: read on; its RX_RESUME is harmless).
       storeSeqCst(&h->stalled, h->stalled + 1);
-      if (l->rxCap - (w - loadSeqCst(&h->consumed)) == 0) {
-        l->rxStalled = true;
-        break;
-      }
+      if (l->rxCap - (w - loadSeqCst(&h->consumed)) == 0) break;
       continue;
     }
     uint32_t pos = w & (l->rxCap - 1);
@@ -385,7 +382,6 @@ void takeSub(IoThread* t, int port, const tsn_sub_t* s) {
       return;
     }
     std::lock_guard<std::mutex> g(l->mu);
-    l->rxStalled = false;
     if (!l->closed) listLane(t, l);
     return;
   }

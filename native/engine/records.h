@@ -65,7 +65,7 @@ typedef struct tsn_sub {
 // A finished operation or an arrival (completion ring, I/O thread -> protocol thread).
 #define TSN_CQE_RX 0xffffffffu      // op of a receive-ring notification: value = bytes written so far
 #define TSN_CQE_REMOTE 0xfffffffeu  // op of a peer's remote write with immediate data (libfabric lanes)
-enum { TSN_STATUS_OK = 0, TSN_STATUS_EOF = -1000 };  // else -errno (-ECANCELED for cancelled ops)
+enum { TSN_STATUS_OK = 0, TSN_STATUS_EOF = -1000 };  // else -errno (a closed or cancelled lane's ops complete with nothing)
 
 typedef struct tsn_cqe {
   uint32_t link;   // as submitted

@@ -1,5 +1,5 @@
 // Single-producer single-consumer rings over shared memory (records.h), as native threads use
-// them. The JavaScript side (plugin/engine/rings.ts) follows the same rules with Atomics.
+// them. The JavaScript side (plugin/engine/port.ts) follows the same rules with Atomics.
 #pragma once
 #include <atomic>
 #include <cstdint>
