@@ -716,8 +716,25 @@ describe.skipIf(!!missing)('tcp: strangers on the listener port', () => {
     await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce, { role: Role.ACK })), /refused.*bad greeting/);
   });
 
-  it('a control HELLO with the right nonce and unknown policies: refused', async () => {
-    await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce, { lanes: 0 })), /refused.*policies .* and 0 data lanes/);
+  it('a control HELLO with the right nonce and unknown policies: refused once its data socket came', async () => {
+    await afterStranger(
+      {},
+      (s, port, nonce) => {
+        const connId = randomBytes(8);
+        s.write(hello(nonce, { connId, policies: [200, 1, 1] }));
+        stranger(port).sock.write(hello(nonce, { connId, role: Role.DATA, lane: 0, policies: [200, 1, 1] }));
+      },
+      /refused.*policies 200\/1\/1, which this tsnet does not know/,
+    );
+  });
+
+  it('a HELLO asking for 0 or 65 data lanes: refused before anything is sized by it', async () => {
+    await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce, { lanes: 0 })), /refused.*: 0 data lanes \(1 to 64\)/);
+    await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce, { lanes: 65 })), /refused.*: 65 data lanes \(1 to 64\)/);
+  });
+
+  it('a HELLO with an eager limit above 1 MiB (the receive ring is sized by it): refused', async () => {
+    await afterStranger({}, (s, _p, nonce) => s.write(hello(nonce, { eagerMax: 0xffffffff })), /refused.*an eager limit of 4294967295 bytes \(at most 1048576\)/);
   });
 
   it('a control HELLO with the right nonce whose data sockets never come: dropped after TSNET_TIMEOUT_SEC', async () => {
