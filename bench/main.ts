@@ -216,10 +216,12 @@ async function main(): Promise<number> {
   const out = path.resolve(process.cwd(), o.out);
   fs.mkdirSync(out, { recursive: true });
   const names = seriesNames(o.streams);
+  // test() runs on the driving thread and enters no plugin thread, so bench.c's --spin (which
+  // npm start does not pass) spins a thread that is not counted.
   const cpuNote =
-    `CPU µs per message: each side's protocol threads (tsnet-plugin, tsnet-proto*) and I/O threads (tsnet-io*), ` +
-    `schedstat run time over the measured window / messages; they include any busy-poll window ` +
-    `(TSNET_SPIN_US, ${spinUs} µs here; the bench's --spin) and are then an upper bound`;
+    `CPU µs per message = schedstat run time of each side's protocol threads (tsnet-plugin, tsnet-proto*) ` +
+    `and I/O threads (tsnet-io*) in the window / messages; it includes any busy-poll window of those threads ` +
+    `(TSNET_SPIN_US, ${spinUs} µs here) and is then an upper bound (the bench's --spin polls on the driving thread, not counted)`;
   const json = {
     schema: 'tsnet-bench/2',
     started: started.toISOString(),

@@ -60,7 +60,7 @@ describe('bench --quick', () => {
       expect(run.stdout).toMatch(new RegExp(`^8 B\\s+${pairs}\\s+tsnet\\s+\\d+\\s+\\d\\S*(\\s+\\d\\S*){4}$`, 'm'));
       expect(run.stdout).toMatch(new RegExp(`^8 B\\s+${pairs}\\s+tcp\\s+\\d+\\s+-(\\s+-){4}$`, 'm'));
     }
-    expect(run.stdout).toMatch(/^note: CPU µs per message: .*busy-poll window \(TSNET_SPIN_US, \d+ µs here; .*upper bound$/m);
+    expect(run.stdout).toMatch(/^note: CPU µs per message = .*busy-poll window of those threads \(TSNET_SPIN_US, \d+ µs here\) and is then an upper bound \(the bench's --spin .*\)$/m);
     expect(run.stdout).toMatch(/^wrote \S+bench\.json, \S+bench\.svg and \S+bench-rate\.svg$/m);
   });
 
