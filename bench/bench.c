@@ -24,6 +24,10 @@
 //
 // Warm-up (--warmup seconds, and a few messages) is not counted. Every wait has a deadline
 // (--timeout); on failure the process prints why on stderr and the bench exits non-zero.
+// tsnet lines also carry setup_s {init, connect}: the reporting process's seconds to load and
+// init the plugin, and from its first listen until all its comms were up. At its exit each
+// process removes any libfabric shm region of its own left in /dev/shm, saying so on stderr
+// (the coordinator does it for a process killed by a signal).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -73,6 +77,8 @@ typedef struct Opts {
 static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .pairs = 1, .version = 12,
                    .lib = "build/libnccl-net-tsnet.so", .timeout = 30.0};
 static const char* g_role = "coordinator";
+static double g_init_s = -1, g_connect_s = -1;  // tsnet: load + init, and listen until every comm is up
+static int shm_sweep(pid_t pid, const char* who);
 
 #define MIN_STRIPE 131072  // tsnet's TSNET_MIN_STRIPE default
 #define STRIPE_ALIGN 4096
@@ -89,6 +95,7 @@ __attribute__((format(printf, 1, 2), noreturn)) static void die(const char* fmt,
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   fprintf(stderr, "tsnet-bench %s [%s]: %s\n", k_mode_names[g_o.mode], g_role, msg);
+  if (strcmp(g_role, "coordinator") != 0) shm_sweep(getpid(), g_role);
   fflush(stderr);
   _exit(1);
 }
@@ -97,6 +104,34 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// libfabric's shm provider keeps a region per endpoint in /dev/shm named "<pid>:<uid>:<index>"
+// and unlinks it when the endpoint is closed; the plugin closes its endpoints at the last
+// finalize. A process that still has one at its exit (an older table, a failure before
+// finalize, a process killed by a signal) would leave 16 MiB behind per region, and a later
+// process with the same pid would fail fi_enable with EBUSY. Removes pid's regions, saying so
+// on stderr (the benchmark counts these lines); returns how many.
+static int shm_sweep(pid_t pid, const char* who) {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  char prefix[32];
+  snprintf(prefix, sizeof prefix, "%d:", (int)pid);
+  size_t plen = strlen(prefix);
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, plen) != 0) continue;
+    char path[300];
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    if (unlink(path) == 0) {
+      fprintf(stderr, "tsnet-bench %s [%s]: libfabric's shm region %s was left behind; removed it\n",
+              k_mode_names[g_o.mode], who, path);
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
 }
 
 // CPU nanoseconds used so far by this process's threads whose name starts with prefix.
@@ -184,17 +219,26 @@ static void streams_json(char* out, size_t len, int streams) {
   else snprintf(out, len, "null");
 }
 
+// tsnet: ,"setup_s":{"init":...,"connect":...} of the reporting process; "" for plain TCP.
+static void setup_json(char* out, size_t len) {
+  if (g_init_s >= 0 && g_connect_s >= 0)
+    snprintf(out, len, ",\"setup_s\":{\"init\":%.4f,\"connect\":%.4f}", g_init_s, g_connect_s);
+  else
+    out[0] = 0;
+}
+
 static void report_lat(double* us, size_t n, double seconds, int streams) {
   if (n == 0) die("no latency sample was measured");
   qsort(us, n, sizeof *us, cmp_double);
   double sum = 0;
   for (size_t i = 0; i < n; i++) sum += us[i];
-  char sj[16];
+  char sj[16], setup[96];
   streams_json(sj, sizeof sj, streams);
+  setup_json(setup, sizeof setup);
   printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"iterations\":%zu,\"seconds\":%.6f,"
-         "\"lat_us\":{\"median\":%.3f,\"p99\":%.3f,\"min\":%.3f,\"max\":%.3f,\"mean\":%.3f}}\n",
+         "\"lat_us\":{\"median\":%.3f,\"p99\":%.3f,\"min\":%.3f,\"max\":%.3f,\"mean\":%.3f}%s}\n",
          k_mode_names[g_o.mode], g_o.size, sj, g_o.version, n, seconds, quantile(us, n, 0.5),
-         quantile(us, n, 0.99), us[0], us[n - 1], sum / (double)n);
+         quantile(us, n, 0.99), us[0], us[n - 1], sum / (double)n, setup);
   fflush(stdout);
 }
 
@@ -202,18 +246,19 @@ static void report_lat(double* us, size_t n, double seconds, int streams) {
 // window, in ns; NULL for plain TCP.
 static void report_bw(uint64_t bytes, uint64_t messages, double seconds, int streams, const Cpu* send, const Cpu* recv) {
   if (seconds <= 0 || bytes == 0) die("no bandwidth window was measured");
-  char sj[16], cpu[256] = "";
+  char sj[16], cpu[256] = "", setup[96];
   streams_json(sj, sizeof sj, streams);
+  setup_json(setup, sizeof setup);
   if (send && recv && messages)
     snprintf(cpu, sizeof cpu,
              ",\"cpu_us_per_msg\":{\"send_proto\":%.3f,\"send_io\":%.3f,\"recv_proto\":%.3f,\"recv_io\":%.3f}",
              (double)send->proto / 1e3 / (double)messages, (double)send->io / 1e3 / (double)messages,
              (double)recv->proto / 1e3 / (double)messages, (double)recv->io / 1e3 / (double)messages);
   printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"inflight\":%d,\"pairs\":%d,\"messages\":%llu,"
-         "\"bytes\":%llu,\"seconds\":%.6f,\"bw_GBps\":%.6f,\"msgs_per_s\":%.1f%s}\n",
+         "\"bytes\":%llu,\"seconds\":%.6f,\"bw_GBps\":%.6f,\"msgs_per_s\":%.1f%s%s}\n",
          k_mode_names[g_o.mode], g_o.size, sj, g_o.version, g_o.inflight, streams ? 1 : g_o.pairs,
          (unsigned long long)messages, (unsigned long long)bytes, seconds, (double)bytes / seconds / 1e9,
-         (double)messages / seconds, cpu);
+         (double)messages / seconds, cpu, setup);
   fflush(stdout);
 }
 
@@ -284,6 +329,7 @@ static void pl_open(Plug* t, Chan ch) { pl_open_n(t, ch, 1); }
 static void pl_open_n(Plug* t, Chan ch, int pairs) {
   memset(t, 0, sizeof *t);
   char err[512];
+  double t_load = now_s();
   if (shim_open(&t->net, g_o.lib, g_o.version, err, sizeof err) != 0) die("load: %s", err);
   tsn_result_t rc = shim_init(&t->net, &t->ctx, COMM_ID, logger);
   if (rc != TSN_SUCCESS) die("init failed (rc %d)", rc);
@@ -291,6 +337,8 @@ static void pl_open_n(Plug* t, Chan ch, int pairs) {
   rc = shim_devices(&t->net, &ndev);
   if (rc != TSN_SUCCESS || ndev <= g_o.dev) die("devices: rc %d, %d device(s), --dev %d", rc, ndev, g_o.dev);
   t->pairs = pairs;
+  double t_listen = now_s();
+  g_init_s = t_listen - t_load;
   uint8_t peer[MAX_PAIRS][TSN_HANDLE_SIZE];
   for (int i = 0; i < pairs; i++) {
     uint8_t mine[TSN_HANDLE_SIZE];
@@ -316,6 +364,7 @@ static void pl_open_n(Plug* t, Chan ch, int pairs) {
     if (now_s() > end) die("timed out after %.0f s connecting (%d of %d comms up)", g_o.timeout, up, 2 * pairs);
     if (up < 2 * pairs) idle();
   }
+  g_connect_s = now_s() - t_listen;
   t->lc = t->lcs[0];
   t->sc = t->scs[0];
   t->rc = t->rcs[0];
@@ -837,6 +886,8 @@ static void role_main(int a, Chan ch) {
     case M_TCP_BW: a ? tcp_bw_a(ch) : tcp_bw_b(ch); break;
   }
   fflush(stdout);
+  shm_sweep(getpid(), g_role);
+  fflush(stderr);
   _exit(0);
 }
 
@@ -922,8 +973,10 @@ int main(int argc, char** argv) {
         left--;
         int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok) {
-          if (WIFSIGNALED(status))
+          if (WIFSIGNALED(status)) {
             fprintf(stderr, "tsnet-bench: process %s died of signal %d\n", names[i], WTERMSIG(status));
+            shm_sweep(w, names[i]);  // it could not clean up after itself
+          }
           failed = 1;
           for (int j = 0; j < 2; j++)
             if (pids[j] > 0) kill(pids[j], SIGKILL);
