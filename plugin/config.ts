@@ -142,7 +142,7 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
 
   const itSrc = pick(env, ['TSNET_IO_THREADS']);
   const ioThreads = itSrc ? int(itSrc, 1, 64) : 8;
-  if (transport === 'tcp') note('I/O threads', ioThreads, itSrc);
+  if (transport !== 'loopback') note('I/O threads', ioThreads, itSrc);
 
   // One protocol thread handles some 300,000 messages a second; AllToAll over several ranks
   // in one process needs more (docs/performance.md). Loopback links join two comms of one

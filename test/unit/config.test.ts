@@ -290,10 +290,11 @@ describe('readConfig: threads, policies, trace and statistics', () => {
     expect(one.lines).toContain('protocol threads = 1 (TSNET_PROTOCOL_THREADS)');
   });
 
-  it('TSNET_IO_THREADS, 1 to 64, logged for the TCP transport only', () => {
+  it('TSNET_IO_THREADS, 1 to 64, logged for the transports that start I/O threads (tcp, ofi)', () => {
     const { config, lines } = readConfig({ TSNET_IO_THREADS: '3' }, 2);
     expect(config.ioThreads).toBe(3);
     expect(lines).toContain('I/O threads = 3 (TSNET_IO_THREADS)');
+    expect(readConfig({ TSNET_TRANSPORT: 'ofi' }).lines).toContain('I/O threads = 8 (default)');
     expect(readConfig({ TSNET_IO_THREADS: '64' }).config.ioThreads).toBe(64);
     expect(readConfig({ TSNET_TRANSPORT: 'loopback', TSNET_IO_THREADS: '3' }).lines.join('\n')).not.toMatch(/I\/O threads/);
   });
