@@ -25,6 +25,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -554,6 +555,27 @@ void freeLane(IoThread* t, Lane* l) {
   E->freeIds.push_back(id);
 }
 
+// Endpoints without a wait fd (libfabric's shm) after activity: sleep kNoWaitShortUs instead of
+// epoll_wait's 1 ms minimum, for kNoWaitRecentNs. epoll_pwait2 (Linux 5.11) takes a timespec;
+// where the kernel lacks it, 1 ms it is.
+constexpr long kNoWaitShortUs = 50;
+constexpr uint64_t kNoWaitRecentNs = 1000000;
+std::atomic<bool> g_noPwait2{false};
+
+int waitShort(int ep, epoll_event* evs, int max, long us) {
+#ifdef SYS_epoll_pwait2
+  if (!g_noPwait2.load(std::memory_order_relaxed)) {
+    timespec ts{0, us * 1000};
+    long r = syscall(SYS_epoll_pwait2, ep, evs, max, &ts, nullptr, 0);
+    if (r >= 0 || errno != ENOSYS) return static_cast<int>(r);
+    g_noPwait2.store(true, std::memory_order_relaxed);
+  }
+#else
+  (void)us;
+#endif
+  return epoll_wait(ep, evs, max, 1);
+}
+
 void threadMain(IoThread* t) {
   sigset_t all;
   sigfillset(&all);
@@ -600,17 +622,22 @@ void threadMain(IoThread* t) {
     t->graveyard.clear();
     if (work) lastWork = now;
     int timeout = 0;
+    bool shortWait = false;
     if (backlog) timeout = 1;  // a completion ring is full: its protocol thread drains it soon
     else if (t->run.empty() && (t->spinNs == 0 || now - lastWork >= t->spinNs)) {
       // Dekker with the posters: they publish, then load sleeping; we store it, then look.
       __atomic_store_n(sleeping, 1, __ATOMIC_SEQ_CST);
       if (!anySubs(t) && !t->admin.load(std::memory_order_seq_cst)) {
         timeout = lingerMs;
-        // An endpoint without a wait fd progresses only when polled (shm): poll it every ms.
-        if (!t->ofi.empty() && (t->ofiNoWait || !ofiMayBlock(t))) timeout = t->ofiNoWait ? 1 : 0;
+        // An endpoint without a wait fd progresses only when polled (shm): every ms, and for
+        // the first ms after activity every kNoWaitShortUs (a reply is usually that close).
+        if (!t->ofi.empty() && (t->ofiNoWait || !ofiMayBlock(t))) {
+          timeout = t->ofiNoWait ? 1 : 0;
+          shortWait = t->ofiNoWait && now - lastWork < kNoWaitRecentNs;
+        }
       }
     }
-    int n = epoll_wait(t->ep, evs, kEvents, timeout);
+    int n = shortWait ? waitShort(t->ep, evs, kEvents, kNoWaitShortUs) : epoll_wait(t->ep, evs, kEvents, timeout);
     __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
     if (n > 0) lastWork = nowNs();
     for (int i = 0; i < n; i++) {
