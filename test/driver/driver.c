@@ -4,13 +4,15 @@
 //   driver <scenario|all> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] [--verbose]
 //          [--role send|recv --rendezvous DIR]
 //
-// Pair scenarios (transfer, inflight, grouped, marker, bulk; badinput's oversize send with
-// --procs 2) are written as a sender role and a receiver role, each a non-blocking step
-// function, joined by a small message channel (a pipe). With --procs 1 both roles live in
-// one process and their steps are interleaved; with --procs 2 the driver forks a receiver
-// process (listen, accept) and a sender process (connect); each loads the library itself.
-// With --role one invocation runs one role only and the channel is a set of files in a
-// directory both can see (two network namespaces, two hosts with a shared folder).
+// Pair scenarios (transfer, inflight, grouped, pushback, marker, bulk; badinput's
+// oversize send with --procs 2) are written as a sender role and a receiver role, each a
+// non-blocking step function, joined by a small message channel (a pipe) that also carries
+// the scenario's own marks, in order (an int and up to a handle's bytes: "posted", a new
+// handle). With --procs 1 both roles live in one process and their steps are interleaved;
+// with --procs 2 the driver forks a receiver process (listen, accept) and a sender process
+// (connect); each loads the library itself. With --role one invocation runs one role only and
+// the channel is a set of files in a directory both can see (two network namespaces, two
+// hosts with a shared folder).
 // killpeer and stranger manage their own processes and sockets; tables, badinput and
 // lifecycle otherwise run in one process.
 #define _GNU_SOURCE
@@ -44,6 +46,9 @@ static double g_timeout = 20.0;
 static int g_verbose;
 static const char* g_lib = "build/libnccl-net-tsnet.so";
 static int g_dev;
+static int g_procs = 1;
+enum { ROLE_BOTH = 0, ROLE_SEND = 1, ROLE_RECV = 2 };
+static int g_role;              // --role: this invocation runs one role of each pair
 
 static void set_prefix(int version, const char* scenario, const char* role) {
   snprintf(g_prefix, sizeof g_prefix, "v%d %s%s%s%s", version, scenario, role ? " [" : "", role ? role : "",
@@ -141,10 +146,13 @@ static long guard_broken(const uint8_t* p, size_t from, size_t to) {
 
 // ---------------------------------------------------------------- the channel between roles
 
-enum { MSG_HANDLE = 1, MSG_DONE = 2, MSG_ABORT = 3 };
+// MSG_MARK: a scenario's own word to the peer role (an int and up to 128 bytes, e.g. a new
+// handle), delivered in the order sent; the role queues them for its step function.
+enum { MSG_HANDLE = 1, MSG_DONE = 2, MSG_ABORT = 3, MSG_MARK = 4 };
 typedef struct Msg {
   int32_t kind;
   int32_t len;
+  int32_t arg;  // MSG_MARK: the scenario's word
   uint8_t data[TSN_HANDLE_SIZE];
 } Msg;  // < PIPE_BUF: writes are atomic, so a non-blocking read sees whole messages
 
@@ -155,6 +163,7 @@ typedef struct Chan {
   char key[64];
   int sender;
   int got;  // file mode: bit per message already delivered
+  int marks_out, marks_in;  // file mode: marks written, marks delivered (numbered files)
   double next_poll;
 } Chan;
 
@@ -162,20 +171,25 @@ static void chan_path(const Chan* c, char* out, size_t len, const char* what) {
   snprintf(out, len, "%s/%s.%s", c->dir, c->key, what);
 }
 
-static const char* msg_file(int kind, int sender, char* buf, size_t len) {
+// Marks are numbered per writer: "send-mark0", "send-mark1", ... (seq: the mark's number).
+static const char* msg_file(int kind, int sender, int seq, char* buf, size_t len) {
   if (kind == MSG_HANDLE) return "handle";
-  snprintf(buf, len, "%s-%s", sender ? "send" : "recv", kind == MSG_DONE ? "done" : "abort");
+  if (kind == MSG_MARK) snprintf(buf, len, "%s-mark%d", sender ? "send" : "recv", seq);
+  else snprintf(buf, len, "%s-%s", sender ? "send" : "recv", kind == MSG_DONE ? "done" : "abort");
   return buf;
 }
 
-// Written under a temporary name, then renamed: the peer sees a whole file or none.
-static void file_put(Chan* c, int kind, const void* data, int len) {
+// Written under a temporary name, then renamed: the peer sees a whole file or none. A mark's
+// file holds its int, then its bytes.
+static void file_put(Chan* c, int kind, int arg, const void* data, int len) {
   char what[32], path[600], tmp[620];
-  chan_path(c, path, sizeof path, msg_file(kind, c->sender, what, sizeof what));
+  chan_path(c, path, sizeof path, msg_file(kind, c->sender, c->marks_out, what, sizeof what));
+  if (kind == MSG_MARK) c->marks_out++;
   snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  ssize_t w = data && len > 0 ? write(fd, data, (size_t)len) : 0;
+  ssize_t w = kind == MSG_MARK ? write(fd, &arg, sizeof arg) : 0;
+  w = data && len > 0 ? write(fd, data, (size_t)len) : 0;
   (void)w;
   close(fd);
   if (rename(tmp, path)) unlink(tmp);
@@ -201,11 +215,27 @@ static int file_get(Chan* c, Msg* m) {
       }
     }
   }
+  // The peer's next mark (written before its done or abort, so seen first).
+  chan_path(c, path, sizeof path, msg_file(MSG_MARK, !c->sender, c->marks_in, what, sizeof what));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    uint8_t buf[sizeof(int32_t) + TSN_HANDLE_SIZE];
+    ssize_t k = read(fd, buf, sizeof buf);
+    close(fd);
+    if (k >= (ssize_t)sizeof(int32_t)) {
+      c->marks_in++;
+      m->kind = MSG_MARK;
+      memcpy(&m->arg, buf, sizeof m->arg);
+      m->len = (int32_t)(k - (ssize_t)sizeof(int32_t));
+      memcpy(m->data, buf + sizeof(int32_t), (size_t)m->len);
+      return 1;
+    }
+  }
   static const int kinds[] = {MSG_DONE, MSG_ABORT};
   for (int i = 0; i < 2; i++) {
     int bit = 2 << i;
     if (c->got & bit) continue;
-    chan_path(c, path, sizeof path, msg_file(kinds[i], !c->sender, what, sizeof what));
+    chan_path(c, path, sizeof path, msg_file(kinds[i], !c->sender, 0, what, sizeof what));
     if (access(path, F_OK) == 0) {
       c->got |= bit;
       m->kind = kinds[i];
@@ -215,20 +245,23 @@ static int file_get(Chan* c, Msg* m) {
   return 0;
 }
 
-static void chan_put(Chan* c, int kind, const void* data, int len) {
+static void chan_put_arg(Chan* c, int kind, int arg, const void* data, int len) {
   if (c->dir) {
-    file_put(c, kind, data, len);
+    file_put(c, kind, arg, data, len);
     return;
   }
   Msg m;
   memset(&m, 0, sizeof m);
   m.kind = kind;
   m.len = len;
+  m.arg = arg;
   if (data && len > 0) memcpy(m.data, data, (size_t)len);
   ssize_t w;
   do w = write(c->wfd, &m, sizeof m);
   while (w < 0 && errno == EINTR);
 }
+
+static void chan_put(Chan* c, int kind, const void* data, int len) { chan_put_arg(c, kind, 0, data, len); }
 
 // 1: a message; 0: none yet; -1: the peer closed its end.
 static int chan_get(Chan* c, Msg* m) {
@@ -264,6 +297,7 @@ static void chan_close(Chan* c) {
 
 #define ROLE_MAX_MR 4
 #define ROLE_MAX_BUF 4
+#define ROLE_MAX_MARKS 16
 
 typedef struct Role Role;
 typedef struct RoleOps {
@@ -299,6 +333,8 @@ struct Role {
   void* buf[ROLE_MAX_BUF];
   int nbuf;
   void* st;  // scenario state (malloc'd, freed at cleanup)
+  Msg marks[ROLE_MAX_MARKS];  // the peer's marks not yet taken by the step function
+  int mark_head, mark_count;
 };
 
 static void* role_alloc(Role* r, size_t size) {
@@ -313,6 +349,18 @@ static void* role_reg(Role* r, void* data, size_t size) {
   if (!check(rc == TSN_SUCCESS && mh, "regMr of %zu host bytes (rc %d)", size, rc)) return NULL;
   if (r->nmr < ROLE_MAX_MR) r->mr[r->nmr++] = mh;
   return mh;
+}
+
+// A scenario's word to the peer role (arg, and len bytes of data: at most a handle).
+static void role_put_mark(Role* r, int arg, const void* data, int len) { chan_put_arg(&r->ch, MSG_MARK, arg, data, len); }
+
+// The peer's oldest mark not yet taken: 1 and *m, or 0 when none has come.
+static int role_take_mark(Role* r, Msg* m) {
+  if (!r->mark_count) return 0;
+  *m = r->marks[r->mark_head];
+  r->mark_head = (r->mark_head + 1) % ROLE_MAX_MARKS;
+  r->mark_count--;
+  return 1;
 }
 
 static void role_abort(Role* r, const char* why) {
@@ -341,6 +389,12 @@ static int role_step(Role* r, const char* scenario) {
     if (m.kind == MSG_HANDLE && m.len == TSN_HANDLE_SIZE) {
       memcpy(r->handle, m.data, TSN_HANDLE_SIZE);
       r->have_handle = 1;
+    } else if (m.kind == MSG_MARK) {
+      if (r->mark_count == ROLE_MAX_MARKS) {
+        role_abort(r, "more marks from the peer than this role holds");
+        break;
+      }
+      r->marks[(r->mark_head + r->mark_count++) % ROLE_MAX_MARKS] = m;
     } else if (m.kind == MSG_DONE) {
       r->peer_done = 1;
     } else if (m.kind == MSG_ABORT) {
@@ -901,6 +955,244 @@ static int group_recv_step(Role* r) {
 
 static const PairScenario GROUPED = {"grouped", {group_setup, group_send_step}, {group_setup, group_recv_step}};
 
+// ---------------------------------------------------------------- pushback
+
+// Messages whose tag is already used in the earliest posted receive go to a later one (the
+// matching rule: the earliest posted receive with an unused entry of the tag; equal tags keep
+// their order). Each pattern is a list of receives (tags per entry, posting order) and a list
+// of sends (tags, sending order); eager-size and striped messages are mixed. Both roles derive
+// the same rounds from the tables: round r is pattern r % PB_NPAT, receiver first (its
+// receives posted, then a mark; the sender posts once it has the mark) for r < PB_NPAT, else
+// sender first (its sends posted, then a mark; the receiver posts PB_WAIT_S after the mark,
+// so its receives meet messages that are already waiting).
+#define PB_MAX_RECVS 8
+#define PB_MAX_SENDS 16
+#define PB_SLACK 256  // guard bytes checked after each buffer's room
+#define PB_WAIT_S 0.03
+
+typedef struct PbPattern {
+  const char* name;
+  int nrecv;
+  int n[PB_MAX_RECVS];
+  int tags[PB_MAX_RECVS][TSN_MAX_RECVS];
+  int nsend;
+  int send_tags[PB_MAX_SENDS];
+} PbPattern;
+
+static const PbPattern k_pb[] = {
+    {"a: irecv(n=1, tag 8) before irecv(n=8, tags 0-7), sends 0 8 1..7",
+     2, {1, 8}, {{8}, {0, 1, 2, 3, 4, 5, 6, 7}},
+     9, {0, 8, 1, 2, 3, 4, 5, 6, 7}},
+    {"b2: two receives of tags 0-3, two tag-1 messages before the first is full",
+     2, {4, 4}, {{0, 1, 2, 3}, {0, 1, 2, 3}},
+     8, {1, 1, 0, 2, 3, 0, 3, 2}},
+    {"b3: three receives of tags 0-3, three tag-1 messages before the first is full",
+     3, {4, 4, 4}, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}},
+     12, {1, 1, 0, 1, 2, 3, 0, 2, 3, 0, 3, 2}},
+    {"c: single and grouped receives alternating",
+     6, {1, 4, 1, 4, 1, 1}, {{2}, {0, 1, 2, 3}, {1}, {0, 1, 2, 3}, {3}, {0}},
+     12, {3, 1, 0, 2, 1, 2, 3, 0, 3, 1, 2, 0}},
+};
+#define PB_NPAT COUNT_OF(k_pb)
+#define PB_ROUNDS (2 * PB_NPAT)
+
+// Eager-size (under 8 KiB: eager over TCP and libfabric) and striped (256 KiB to 4 MiB).
+static const size_t k_pb_sizes[] = {100, (256 << 10) + 13, 1000, 1 << 20, 4096, (3 << 20) + 5, 8000, 4 << 20};
+
+static size_t pb_size(int round, int k) { return k_pb_sizes[(size_t)(k * 3 + round * 5) % COUNT_OF(k_pb_sizes)]; }
+static uint32_t pb_seed(int round, int k) { return seed_of(pb_size(round, k), k, 200 + round); }
+// Room of the entry that takes send k: its size and a little more (differing per entry).
+static size_t pb_room(int round, int k) { return pb_size(round, k) + (size_t)(k % 3) * 8; }
+
+// The send that entry j of receive i must get by the rule: the q-th entry with tag t (in
+// posting order, entries in order) takes the q-th message with tag t. -1 if none.
+static int pb_expect(const PbPattern* p, int i, int j) {
+  int t = p->tags[i][j], q = 0;
+  for (int a = 0; a < p->nrecv; a++)
+    for (int b = 0; b < p->n[a]; b++)
+      if ((a < i || (a == i && b < j)) && p->tags[a][b] == t) q++;
+  for (int k = 0; k < p->nsend; k++)
+    if (p->send_tags[k] == t && q-- == 0) return k;
+  return -1;
+}
+
+typedef struct PbState {
+  int round;
+  int posting;  // posting this round's requests (0: not yet started)
+  int posted, ndone, marked;
+  double post_at;  // receiver, sender first: when to post
+  void* req[PB_MAX_SENDS];
+  int done[PB_MAX_SENDS];
+  size_t off[PB_MAX_SENDS];  // sender: per send; receiver: per entry (flattened in posting order)
+  uint8_t* buf;
+  size_t cap;
+  void* mh;
+  long nulls;
+} PbState;
+
+static int pb_setup(Role* r) {
+  PbState* s = calloc(1, sizeof *s);
+  r->st = s;
+  size_t max = 0;
+  for (int round = 0; round < PB_ROUNDS; round++) {
+    const PbPattern* p = &k_pb[round % PB_NPAT];
+    size_t total = 0;
+    for (int k = 0; k < p->nsend; k++) total += r->sender ? pb_size(round, k) : pb_room(round, k) + PB_SLACK;
+    if (total > max) max = total;
+  }
+  s->cap = max;
+  s->buf = role_alloc(r, s->cap);
+  if (!s->buf) return -1;
+  memset(s->buf, GUARD, s->cap);
+  s->mh = role_reg(r, s->buf, s->cap);
+  return s->mh ? 0 : -1;
+}
+
+// Lays out and fills (sender) or clears (receiver) this round's buffers.
+static void pb_prepare(Role* r, PbState* s, const PbPattern* p) {
+  size_t off = 0;
+  if (r->sender) {
+    for (int k = 0; k < p->nsend; k++) {
+      s->off[k] = off;
+      fill(s->buf + off, pb_size(s->round, k), pb_seed(s->round, k));
+      off += pb_size(s->round, k);
+    }
+    return;
+  }
+  memset(s->buf, GUARD, s->cap);
+  int e = 0;
+  for (int i = 0; i < p->nrecv; i++)
+    for (int j = 0; j < p->n[i]; j++, e++) {
+      int k = pb_expect(p, i, j);
+      s->off[e] = off;
+      off += (k < 0 ? 0 : pb_room(s->round, k)) + PB_SLACK;
+    }
+}
+
+// Posts what is left of this round's requests; 0 when all are posted, 1 for a NULL request
+// (try again), -1 on an error.
+static int pb_post(Role* r, PbState* s, const PbPattern* p) {
+  int count = r->sender ? p->nsend : p->nrecv;
+  int e = 0;
+  for (int i = 0; i < s->posted; i++) e += r->sender ? 1 : p->n[i];
+  while (s->posted < count) {
+    int i = s->posted;
+    tsn_result_t rc;
+    if (r->sender) {
+      rc = shim_isend(r->net, r->comm, s->buf + s->off[i], pb_size(s->round, i), p->send_tags[i], s->mh, &s->req[i]);
+      if (rc != TSN_SUCCESS) return check(0, "round %d: isend #%d (tag %d) returned %d", s->round, i, p->send_tags[i], rc), -1;
+    } else {
+      void* data[TSN_MAX_RECVS];
+      size_t room[TSN_MAX_RECVS];
+      int tags[TSN_MAX_RECVS];
+      void* mhs[TSN_MAX_RECVS];
+      for (int j = 0; j < p->n[i]; j++) {
+        int k = pb_expect(p, i, j);
+        data[j] = s->buf + s->off[e + j];
+        room[j] = k < 0 ? 0 : pb_room(s->round, k);
+        tags[j] = p->tags[i][j];
+        mhs[j] = s->mh;
+      }
+      rc = shim_irecv(r->net, r->comm, p->n[i], data, room, tags, mhs, &s->req[i]);
+      if (rc != TSN_SUCCESS) return check(0, "round %d: irecv #%d (n=%d) returned %d", s->round, i, p->n[i], rc), -1;
+    }
+    if (!s->req[i]) {
+      s->nulls++;
+      return 1;
+    }
+    e += r->sender ? 1 : p->n[i];
+    s->posted++;
+  }
+  return 0;
+}
+
+// Receive i completed: every entry has the message the rule gives it, whole, nothing after it.
+static int pb_validate(PbState* s, const PbPattern* p, int i, const int* sizes) {
+  int e = 0, ok = 1;
+  for (int a = 0; a < i; a++) e += p->n[a];
+  for (int j = 0; j < p->n[i]; j++) {
+    int k = pb_expect(p, i, j);
+    size_t want = pb_size(s->round, k);
+    uint8_t* at = s->buf + s->off[e + j];
+    long bad = mismatch(at, want, pb_seed(s->round, k));
+    long g = guard_broken(at, want, pb_room(s->round, k) + PB_SLACK);
+    if (sizes[j] != (int)want || bad >= 0 || g >= 0) {
+      ok = 0;
+      check(0,
+            "%s (%s first), receive #%d buffer %d (tag %d) should hold send #%d (%zu bytes): size %d; data first difference "
+            "%ld; guard first change %ld",
+            p->name, s->round < PB_NPAT ? "receiver" : "sender", i, j, p->tags[i][j], k, want, sizes[j], bad, g);
+    }
+  }
+  if (sizes[p->n[i]] != -7) ok = 0, check(0, "receive #%d: test wrote sizes beyond n=%d", i, p->n[i]);
+  return ok;
+}
+
+static int pb_step(Role* r) {
+  PbState* s = r->st;
+  if (s->round == PB_ROUNDS) return 1;
+  const PbPattern* p = &k_pb[s->round % PB_NPAT];
+  int recv_first = s->round < PB_NPAT;
+  int first = recv_first == !r->sender;  // this role posts first this round
+  const char* order = recv_first ? "receiver first" : "sender first";
+  int count = r->sender ? p->nsend : p->nrecv;
+  if (!s->posting) {
+    if (!first) {
+      if (!s->marked) {
+        Msg m;
+        if (!role_take_mark(r, &m)) return 0;
+        if (m.arg != s->round) return check(0, "round %d: the peer's mark names round %d", s->round, m.arg), -1;
+        s->marked = 1;
+        s->post_at = now_s() + (r->sender ? 0 : PB_WAIT_S);
+      }
+      if (now_s() < s->post_at) return 0;
+    }
+    pb_prepare(r, s, p);
+    s->posting = 1;
+  }
+  if (s->posted < count) {
+    int k = pb_post(r, s, p);
+    if (k < 0) return -1;
+    if (k > 0) return 0;
+    if (first) role_put_mark(r, s->round, NULL, 0);
+  }
+  int sizes[TSN_MAX_RECVS + 1];
+  for (int i = 0; i < s->posted; i++) {
+    if (s->done[i]) continue;
+    for (int t = 0; t <= TSN_MAX_RECVS; t++) sizes[t] = -7;
+    int done = 0;
+    tsn_result_t rc = shim_test(r->net, s->req[i], &done, sizes);
+    if (rc != TSN_SUCCESS)
+      return check(0, "%s (%s): test of %s #%d returned %d", p->name, order, r->sender ? "send" : "receive", i, rc), -1;
+    if (!done) continue;
+    s->done[i] = 1;
+    s->ndone++;
+    if (r->sender) {
+      if (sizes[0] != (int)pb_size(s->round, i))
+        check(0, "%s (%s): send #%d: test reports %d, sent %zu", p->name, order, i, sizes[0], pb_size(s->round, i));
+    } else if (!pb_validate(s, p, i, sizes)) {
+      return -1;
+    }
+  }
+  if (s->ndone < count) return 0;
+  if (r->sender) {
+    check(1, "%s (%s): %d sends completed", p->name, order, p->nsend);
+  } else {
+    int eager = 0, big = 0;
+    for (int k = 0; k < p->nsend; k++) pb_size(s->round, k) <= 8192 ? eager++ : big++;
+    check(1, "%s (%s): %d receives got each message by the rule (%d eager-size, %d striped), sizes in buffer order, guards intact",
+          p->name, order, p->nrecv, eager, big);
+  }
+  s->round++;
+  s->posting = s->posted = s->ndone = s->marked = 0;
+  memset(s->req, 0, sizeof s->req);
+  memset(s->done, 0, sizeof s->done);
+  if (s->round == PB_ROUNDS && s->nulls) note("%ld NULL requests retried", s->nulls);
+  return s->round == PB_ROUNDS;
+}
+
+static const PairScenario PUSHBACK = {"pushback", {pb_setup, pb_step}, {pb_setup, pb_step}};
+
 // ---------------------------------------------------------------- library, init, two processes
 
 static int open_net(Net* n, int version) {
@@ -936,9 +1228,6 @@ static int max_recvs(const Net* n) {
 
 #define COMM_ID 0x74736e6574300001ULL
 
-static int g_procs = 1;
-enum { ROLE_BOTH = 0, ROLE_SEND = 1, ROLE_RECV = 2 };
-static int g_role;              // --role: this invocation runs one role of each pair
 static const char* g_rdv;       // --rendezvous DIR: where the roles leave their messages
 static int g_pair_seq;          // pairs run so far in this scenario (names the rendezvous files)
 
@@ -1996,6 +2285,7 @@ static void sc_inflight(int v) {
   run_pair(v, &INFLIGHT_SC, 8);
   run_pair(v, &INFLIGHT_SC, INFLIGHT);
 }
+static void sc_pushback(int v) { run_pair(v, &PUSHBACK, 0); }
 static void sc_grouped(int v) {
   int want[] = {8, 4};
   int mr = 0;
@@ -2036,6 +2326,7 @@ static const Scenario SCENARIOS[] = {
     {"transfer", sc_transfer, PAIR, 1, "0 B to 4 MiB validated (--procs 2 / --role: to 64 MiB)"},
     {"inflight", sc_inflight, PAIR, 1, "8, then 32 sends and receives posted before any test"},
     {"grouped", sc_grouped, PAIR, 1, "irecv n = 8 and 4, tags sent shuffled, 20 rounds"},
+    {"pushback", sc_pushback, PAIR, 1, "messages pushed back to later receives by their tags, eager and striped mixed"},
     {"marker", sc_marker, PAIR, 1, "*request = 0x1 before irecv"},
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
@@ -2085,7 +2376,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped marker badinput lifecycle killpeer stranger bulk\n"
+          "  scenarios: tables transfer inflight grouped pushback marker badinput lifecycle killpeer stranger bulk\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"
