@@ -4,7 +4,7 @@
 //   driver <scenario|all> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] [--verbose]
 //          [--role send|recv --rendezvous DIR]
 //
-// Pair scenarios (transfer, inflight, grouped, pushback, marker, bulk; badinput's
+// Pair scenarios (transfer, inflight, grouped, pushback, teardown, marker, bulk; badinput's
 // oversize send with --procs 2) are written as a sender role and a receiver role, each a
 // non-blocking step function, joined by a small message channel (a pipe) that also carries
 // the scenario's own marks, in order (an int and up to a handle's bytes: "posted", a new
@@ -1193,6 +1193,391 @@ static int pb_step(Role* r) {
 
 static const PairScenario PUSHBACK = {"pushback", {pb_setup, pb_step}, {pb_setup, pb_step}};
 
+// ---------------------------------------------------------------- teardown
+
+// Tearing a pair down under load, then reconnecting, TD_CYCLES times. Each cycle the receiver
+// posts TD_RECVS receives of 1 MiB and the sender streams 1 MiB sends into them (16, or 96 when
+// it tears down itself: more than the receives take); one side (the receiver once TD_SEEN
+// messages have landed, param TD_BY_RECV; or the sender once a send has completed, TD_BY_SEND)
+// deregisters its memory and closes its comm (the receiver its listener
+// too) with requests in flight. Every call must return 0, no request on the memory may stay in
+// flight, and test() on a request of the closed comm must return an error (a closed comm's
+// memory stays readable for that: native/core.cc, retireComm). A mark tells the other side,
+// which does the same. The receiver listens again and passes the new handle in a mark; the pair
+// reconnects and carries 1 B, 65537 B and 1 MiB + 3, validated. In its own process a role
+// checks that its open descriptors (/proc/self/fd, counted after each cycle) do not grow: by at
+// most TD_FD_SLACK in all (a protocol thread's first use), by at most 1 over the last two cycles.
+#define TD_CYCLES 5
+#define TD_RECVS 32
+#define TD_MSG ((size_t)1 << 20)
+#define TD_SLACK 256
+#define TD_SENDS_BY_RECV 16  // the receiver tears down: at least 16 of its receives are unmatched
+#define TD_SENDS_BY_SEND 96  // the sender tears down: 64 more than the receives can take stay in flight
+#define TD_SEEN 4
+#define TD_FD_SLACK 4
+#define TD_TAG 1
+#define TD_XTAG 10
+enum { TD_BY_RECV = 0, TD_BY_SEND = 1 };
+enum { TD_MARK_TORN = 1, TD_MARK_HANDLE = 2, TD_MARK_READY = 3 };
+enum { TD_LOAD, TD_RUN, TD_DOWN, TD_WAIT_HANDLE, TD_CONNECT, TD_XFER };
+
+static const size_t k_td_xfer[] = {1, 65537, (1 << 20) + 3};
+#define TD_NX COUNT_OF(k_td_xfer)
+
+typedef struct TdState {
+  int cycle, state, prepared;
+  int count;  // load requests this cycle
+  void* req[TD_SENDS_BY_SEND];
+  int done[TD_SENDS_BY_SEND];
+  int posted, ndone, landed;
+  void* xreq[TD_NX];
+  int xdone[TD_NX];
+  int xposted, xndone;
+  uint8_t* buf;  // receiver: TD_RECVS slots; sender: the one message every send carries
+  size_t cap;
+  uint8_t* xbuf;
+  size_t xcap, xoff[TD_NX];
+  void* mh;
+  void* xmh;
+  uint8_t handle[TSN_HANDLE_SIZE];
+  int have_handle;
+  int fds[TD_CYCLES];
+  int inflight, cancelled, failed_after, stale_tests;
+  long nulls;
+} TdState;
+
+// Open descriptors of this process (the directory's own excluded).
+static int count_fds_now(void) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1;
+}
+
+// The same once it holds still (three equal counts 10 ms apart, at most 300 ms): a closed
+// comm's sockets may close a moment after closeSend/closeRecv returned.
+static int count_fds(void) {
+  int last = count_fds_now(), same = 1;
+  for (int i = 0; i < 30 && same < 3; i++) {
+    usleep(10000);
+    int n = count_fds_now();
+    same = n == last ? same + 1 : 1;
+    last = n;
+  }
+  return last;
+}
+
+static const char* td_side(int sender) { return sender ? "sender" : "receiver"; }
+static uint32_t td_seed(int cycle) { return seed_of(TD_MSG, 0, 300 + cycle); }
+
+static int td_reg(Role* r, TdState* s) {
+  s->mh = role_reg(r, s->buf, s->cap);
+  s->xmh = role_reg(r, s->xbuf, s->xcap);
+  return s->mh && s->xmh ? 0 : -1;
+}
+
+static int td_setup(Role* r) {
+  TdState* s = calloc(1, sizeof *s);
+  r->st = s;
+  s->cap = r->sender ? TD_MSG : TD_RECVS * (TD_MSG + TD_SLACK);
+  s->buf = role_alloc(r, s->cap);
+  for (int i = 0; i < TD_NX; i++) {
+    s->xoff[i] = s->xcap;
+    s->xcap += k_td_xfer[i] + TD_SLACK;
+  }
+  s->xbuf = role_alloc(r, s->xcap);
+  if (!s->buf || !s->xbuf) return -1;
+  memset(s->buf, GUARD, s->cap);
+  memset(s->xbuf, GUARD, s->xcap);
+  if (!r->sender) {
+    const char* pt = getenv("TSNET_PROTOCOL_THREADS");
+    note("teardown by the %s; TSNET_PROTOCOL_THREADS=%s", td_side(r->param == TD_BY_SEND), pt ? pt : "(unset)");
+  }
+  return td_reg(r, s);
+}
+
+// A load receive that completed: its size, data and guard.
+static int td_check_load(TdState* s, int i, int got) {
+  uint8_t* at = s->buf + (size_t)i * (TD_MSG + TD_SLACK);
+  long bad = mismatch(at, TD_MSG, td_seed(s->cycle));
+  long g = guard_broken(at, TD_MSG, TD_MSG + TD_SLACK);
+  if (got == (int)TD_MSG && bad < 0 && g < 0) return 1;
+  return check(0, "cycle %d: load receive #%d: size %d (want %zu), data first difference %ld, guard first change %ld",
+               s->cycle, i, got, TD_MSG, bad, g);
+}
+
+// The peer's next mark, which must be `want` (the sender's: TD_MARK_TORN; the receiver's:
+// TD_MARK_READY, then TD_MARK_HANDLE, each cycle). 1 once it came, 0 before, -1 if another.
+static int td_mark(Role* r, TdState* s, int want) {
+  Msg m;
+  if (!role_take_mark(r, &m)) return 0;
+  if (m.arg != want) return check(0, "cycle %d: the %s's mark is %d, expected %d", s->cycle, td_side(!r->sender), m.arg, want), -1;
+  if (want == TD_MARK_HANDLE) {
+    if (m.len != TSN_HANDLE_SIZE) return check(0, "cycle %d: the mark carries %d bytes, not a handle", s->cycle, m.len), -1;
+    memcpy(s->handle, m.data, TSN_HANDLE_SIZE);
+    s->have_handle = 1;
+  }
+  return 1;
+}
+
+// Posts what is left of the load; 1 when all are posted.
+static int td_post_load(Role* r, TdState* s) {
+  if (!s->prepared && r->sender) {
+    // The receiver's receives are posted and the last cycle's transfer is in: a send completes
+    // when handed over, and a teardown may drop what it handed over before.
+    int k = td_mark(r, s, TD_MARK_READY);
+    if (k <= 0) return k;
+  }
+  if (!s->prepared) {
+    s->count = r->sender ? (r->param == TD_BY_RECV ? TD_SENDS_BY_RECV : TD_SENDS_BY_SEND) : TD_RECVS;
+    if (r->sender) fill(s->buf, TD_MSG, td_seed(s->cycle));
+    else memset(s->buf, GUARD, s->cap);
+    s->prepared = 1;
+  }
+  while (s->posted < s->count) {
+    int i = s->posted;
+    tsn_result_t rc;
+    if (r->sender) {
+      rc = shim_isend(r->net, r->comm, s->buf, TD_MSG, TD_TAG, s->mh, &s->req[i]);
+    } else {
+      void* d = s->buf + (size_t)i * (TD_MSG + TD_SLACK);
+      size_t room = TD_MSG;
+      int tag = TD_TAG;
+      rc = shim_irecv(r->net, r->comm, 1, &d, &room, &tag, &s->mh, &s->req[i]);
+    }
+    if (rc != TSN_SUCCESS) return check(0, "cycle %d: load %s #%d returned %d", s->cycle, r->sender ? "isend" : "irecv", i, rc), -1;
+    if (!s->req[i]) {
+      s->nulls++;
+      return 0;
+    }
+    s->posted++;
+  }
+  if (!r->sender) role_put_mark(r, TD_MARK_READY, NULL, 0);
+  return 1;
+}
+
+// Tests the load requests once each. Before its own teardown the tearing side needs every
+// one to succeed; the other side's may fail once the peer has closed.
+static int td_test_load(Role* r, TdState* s, int tearer) {
+  for (int i = 0; i < s->posted; i++) {
+    if (s->done[i]) continue;
+    int done = 0, got = -1;
+    tsn_result_t rc = shim_test(r->net, s->req[i], &done, &got);
+    if (rc != TSN_SUCCESS) {
+      if (tearer) return check(0, "cycle %d: load %s #%d failed (rc %d) before the teardown", s->cycle, r->sender ? "send" : "receive", i, rc), -1;
+      s->done[i] = 1;
+      s->ndone++;
+      s->failed_after++;
+      continue;
+    }
+    if (!done) continue;
+    s->done[i] = 1;
+    s->ndone++;
+    s->landed++;
+    if (r->sender && got != (int)TD_MSG) return check(0, "cycle %d: load send #%d: test reports %d", s->cycle, i, got), -1;
+    if (!r->sender && !td_check_load(s, i, got)) return -1;
+  }
+  return 0;
+}
+
+// Deregisters, tests what was in flight, closes; the receiver listens again and sends its handle.
+static int td_down(Role* r, TdState* s, int tearer) {
+  const char* what = r->sender ? "send(s)" : "receive(s)";
+  int inflight = s->posted - s->ndone;
+  int stale = -1;  // left untested until after the close
+  for (int i = s->posted - 1; i >= 0 && stale < 0; i--)
+    if (!s->done[i]) stale = i;
+  if (tearer) {
+    s->inflight += inflight;
+    check(inflight > 0, "cycle %d: the %s tears down with %d load %s in flight (%d landed)", s->cycle, td_side(r->sender),
+          inflight, what, s->landed);
+  }
+  tsn_result_t a = shim_dereg_mr(r->net, r->comm, s->mh);
+  tsn_result_t b = shim_dereg_mr(r->net, r->comm, s->xmh);
+  r->nmr = 0;
+  if (!check(a == TSN_SUCCESS && b == TSN_SUCCESS, "cycle %d: deregMr with %d %s in flight returns 0 (rc %d, %d)", s->cycle,
+             inflight, what, a, b))
+    return -1;
+  int still = 0, cancelled = 0, tested = 0;
+  for (int i = 0; i < s->posted; i++) {
+    if (s->done[i] || i == stale) continue;
+    int done = 0, got = -1;
+    tsn_result_t rc = shim_test(r->net, s->req[i], &done, &got);
+    tested++;
+    if (!done && rc == TSN_SUCCESS) still++;
+    else if (rc != TSN_SUCCESS) cancelled++;
+    else if (!r->sender && !td_check_load(s, i, got)) return -1;
+    s->done[i] = 1;
+  }
+  s->cancelled += cancelled;
+  if (!check(still == 0, "cycle %d: after deregMr none of the %d %s tested is still in flight (%d cancelled)", s->cycle, tested,
+             what, cancelled))
+    return -1;
+  tsn_result_t rc = r->sender ? shim_close_send(r->net, r->comm) : shim_close_recv(r->net, r->comm);
+  r->comm = NULL;
+  if (!check(rc == TSN_SUCCESS, "cycle %d: %s returns 0 (rc %d)", s->cycle, r->sender ? "closeSend" : "closeRecv", rc)) return -1;
+  if (!r->sender) {
+    rc = shim_close_listen(r->net, r->lc);
+    r->lc = NULL;
+    if (!check(rc == TSN_SUCCESS, "cycle %d: closeListen returns 0 (rc %d)", s->cycle, rc)) return -1;
+  }
+  // A request of the closed comm: one left in flight, else the last one posted.
+  int k = stale >= 0 ? stale : s->posted - 1;
+  if (k >= 0) {
+    int done = 0, got = -1;
+    rc = shim_test(r->net, s->req[k], &done, &got);
+    s->stale_tests++;
+    if (!check(rc != TSN_SUCCESS, "cycle %d: test() on %s #%d of the closed comm returns an error (rc %d)", s->cycle,
+               r->sender ? "send" : "receive", k, rc))
+      return -1;
+  }
+  if (r->sender) {
+    if (tearer) role_put_mark(r, TD_MARK_TORN, NULL, 0);
+    return 0;
+  }
+  uint8_t h[TSN_HANDLE_SIZE];
+  memset(h, 0, sizeof h);
+  rc = shim_listen(r->net, r->ctx, r->dev, h, &r->lc);
+  if (!check(rc == TSN_SUCCESS && r->lc, "cycle %d: listen again (rc %d)", s->cycle, rc)) return -1;
+  role_put_mark(r, TD_MARK_HANDLE, h, TSN_HANDLE_SIZE);
+  return 0;
+}
+
+
+// The validated transfer on the new pair; 1 once it is done.
+static int td_xfer(Role* r, TdState* s) {
+  if (s->xposted == 0 && s->xndone == 0 && !s->xreq[0]) {
+    if (r->sender)
+      for (int i = 0; i < TD_NX; i++) fill(s->xbuf + s->xoff[i], k_td_xfer[i], seed_of(k_td_xfer[i], i, 400 + s->cycle));
+    else memset(s->xbuf, GUARD, s->xcap);
+  }
+  while (s->xposted < TD_NX) {
+    int i = s->xposted;
+    tsn_result_t rc;
+    if (r->sender) {
+      rc = shim_isend(r->net, r->comm, s->xbuf + s->xoff[i], k_td_xfer[i], TD_XTAG + i, s->xmh, &s->xreq[i]);
+    } else {
+      void* d = s->xbuf + s->xoff[i];
+      size_t room = k_td_xfer[i];
+      int tag = TD_XTAG + i;
+      rc = shim_irecv(r->net, r->comm, 1, &d, &room, &tag, &s->xmh, &s->xreq[i]);
+    }
+    if (rc != TSN_SUCCESS) return check(0, "cycle %d: transfer %s #%d returned %d", s->cycle, r->sender ? "isend" : "irecv", i, rc), -1;
+    if (!s->xreq[i]) {
+      s->nulls++;
+      return 0;
+    }
+    s->xposted++;
+  }
+  for (int i = 0; i < TD_NX; i++) {
+    if (s->xdone[i]) continue;
+    int done = 0, got = -1;
+    tsn_result_t rc = shim_test(r->net, s->xreq[i], &done, &got);
+    if (rc != TSN_SUCCESS) return check(0, "cycle %d: test of transfer #%d after reconnecting returned %d", s->cycle, i, rc), -1;
+    if (!done) continue;
+    s->xdone[i] = 1;
+    s->xndone++;
+    long bad = -1, g = -1;
+    if (!r->sender) {
+      bad = mismatch(s->xbuf + s->xoff[i], k_td_xfer[i], seed_of(k_td_xfer[i], i, 400 + s->cycle));
+      g = guard_broken(s->xbuf + s->xoff[i], k_td_xfer[i], k_td_xfer[i] + TD_SLACK);
+    }
+    if (got != (int)k_td_xfer[i] || bad >= 0 || g >= 0)
+      return check(0, "cycle %d: after reconnecting, %zu bytes: size %d, data first difference %ld, guard first change %ld",
+                   s->cycle, k_td_xfer[i], got, bad, g), -1;
+  }
+  if (s->xndone < TD_NX) return 0;
+  check(1, "cycle %d: reconnected; 1 B, 65537 B and 1 MiB + 3 %s", s->cycle, r->sender ? "sent" : "received, validated");
+  return 1;
+}
+
+static int td_step(Role* r) {
+  TdState* s = r->st;
+  int tearer = (r->param == TD_BY_SEND) == r->sender;
+  switch (s->state) {
+    case TD_LOAD: {
+      int k = td_post_load(r, s);
+      if (k <= 0) return k;
+      s->state = TD_RUN;
+    }
+    /* fallthrough */
+    case TD_RUN: {
+      if (td_test_load(r, s, tearer)) return -1;
+      if (tearer) {
+        if (s->landed < (r->sender ? 1 : TD_SEEN)) return 0;
+      } else {
+        int k = td_mark(r, s, r->sender ? TD_MARK_HANDLE : TD_MARK_TORN);
+        if (k <= 0) return k;
+      }
+      s->state = TD_DOWN;
+    }
+    /* fallthrough */
+    case TD_DOWN:
+      if (td_down(r, s, tearer)) return -1;
+      s->state = r->sender && !s->have_handle ? TD_WAIT_HANDLE : TD_CONNECT;
+      return 0;
+    case TD_WAIT_HANDLE: {
+      int k = td_mark(r, s, TD_MARK_HANDLE);
+      if (k <= 0) return k;
+      s->state = TD_CONNECT;
+    }
+    /* fallthrough */
+    case TD_CONNECT: {
+      void* c = NULL;
+      tsn_result_t rc = r->sender ? shim_connect(r->net, r->ctx, r->dev, s->handle, &c) : shim_accept(r->net, r->lc, &c);
+      if (rc != TSN_SUCCESS) return check(0, "cycle %d: %s again returned %d", s->cycle, r->sender ? "connect" : "accept", rc), -1;
+      if (!c) return 0;
+      r->comm = c;
+      s->have_handle = 0;
+      if (td_reg(r, s)) return -1;
+      memset(s->xreq, 0, sizeof s->xreq);
+      memset(s->xdone, 0, sizeof s->xdone);
+      s->xposted = s->xndone = 0;
+      s->state = TD_XFER;
+    }
+    /* fallthrough */
+    case TD_XFER: {
+      int k = td_xfer(r, s);
+      if (k <= 0) return k;
+      s->fds[s->cycle] = count_fds();
+      s->cycle++;
+      r->deadline = now_s() + g_timeout;  // each cycle has the whole timeout
+      s->state = TD_LOAD;
+      s->prepared = s->posted = s->ndone = s->landed = 0;
+      memset(s->req, 0, sizeof s->req);
+      memset(s->done, 0, sizeof s->done);
+      if (s->cycle < TD_CYCLES) return 0;
+    }
+  }
+  // Every cycle is done.
+  char fds[96];
+  int n = 0, grow = 0;
+  for (int c = 0; c < TD_CYCLES; c++) {
+    n += snprintf(fds + n, sizeof fds - (size_t)n, "%s%d", c ? " " : "", s->fds[c]);
+    if (s->fds[c] - s->fds[0] > grow) grow = s->fds[c] - s->fds[0];
+  }
+  if (r->sender == (r->param == TD_BY_SEND))
+    check(1, "%d cycles: torn down by the %s with %d load requests in flight (%d tested after deregMr: an error), reconnected, validated",
+          TD_CYCLES, td_side(r->sender), s->inflight, s->cancelled);
+  else
+    check(1, "%d cycles: followed the %s's teardown (%d requests failed once it had closed, %d tested after deregMr: an error), "
+          "reconnected, validated", TD_CYCLES, td_side(!r->sender), s->failed_after, s->cancelled);
+  // Some growth once (a protocol thread's first connection); a leak grows every cycle.
+  int late = s->fds[TD_CYCLES - 1] - s->fds[TD_CYCLES - 3];
+  if (g_procs == 2 || g_role != ROLE_BOTH)
+    check(grow <= TD_FD_SLACK && late <= 1, "open descriptors after each cycle: %s (grew by %d, at most %d; by %d over the last two cycles, at most 1)",
+          fds, grow, TD_FD_SLACK, late);
+  else
+    note("open descriptors after each cycle: %s (both roles share this process: not checked)", fds);
+  if (s->nulls) note("%ld NULL requests retried", s->nulls);
+  return 1;
+}
+
+static const PairScenario TEARDOWN = {"teardown", {td_setup, td_step}, {td_setup, td_step}};
+
 // ---------------------------------------------------------------- library, init, two processes
 
 static int open_net(Net* n, int version) {
@@ -2286,6 +2671,10 @@ static void sc_inflight(int v) {
   run_pair(v, &INFLIGHT_SC, INFLIGHT);
 }
 static void sc_pushback(int v) { run_pair(v, &PUSHBACK, 0); }
+static void sc_teardown(int v) {
+  run_pair(v, &TEARDOWN, TD_BY_RECV);
+  run_pair(v, &TEARDOWN, TD_BY_SEND);
+}
 static void sc_grouped(int v) {
   int want[] = {8, 4};
   int mr = 0;
@@ -2327,6 +2716,7 @@ static const Scenario SCENARIOS[] = {
     {"inflight", sc_inflight, PAIR, 1, "8, then 32 sends and receives posted before any test"},
     {"grouped", sc_grouped, PAIR, 1, "irecv n = 8 and 4, tags sent shuffled, 20 rounds"},
     {"pushback", sc_pushback, PAIR, 1, "messages pushed back to later receives by their tags, eager and striped mixed"},
+    {"teardown", sc_teardown, PAIR, 1, "deregMr and close under load by either side, reconnect; 5 cycles, descriptors"},
     {"marker", sc_marker, PAIR, 1, "*request = 0x1 before irecv"},
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
@@ -2376,7 +2766,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped pushback marker badinput lifecycle killpeer stranger bulk\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle killpeer stranger bulk\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"
