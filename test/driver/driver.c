@@ -118,10 +118,21 @@ static uint32_t seed_of(size_t size, int index, int salt) {
   return (uint32_t)(size * 2654435761u) ^ (uint32_t)(index * 40503 + 1) ^ (uint32_t)(salt * 0x9e3779b9u);
 }
 
+// Byte i is byte i % 4 (little-endian) of the (i / 4 + 1)-th value of an LCG; on a
+// little-endian host whole blocks of four are written and compared at once.
+#define LCG(x) ((x) * 1664525u + 1013904223u)
+#define FAST_LE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+
 static void fill(uint8_t* p, size_t n, uint32_t seed) {
   uint32_t x = seed | 1;
-  for (size_t i = 0; i < n; i++) {
-    if ((i & 3) == 0) x = x * 1664525u + 1013904223u;
+  size_t i = 0;
+  if (FAST_LE)
+    for (; i + 4 <= n; i += 4) {
+      x = LCG(x);
+      memcpy(p + i, &x, 4);
+    }
+  for (; i < n; i++) {
+    if ((i & 3) == 0) x = LCG(x);
     p[i] = (uint8_t)(x >> (8 * (i & 3)));
   }
 }
@@ -129,8 +140,16 @@ static void fill(uint8_t* p, size_t n, uint32_t seed) {
 // First offset where p differs from the pattern, or -1.
 static long mismatch(const uint8_t* p, size_t n, uint32_t seed) {
   uint32_t x = seed | 1;
-  for (size_t i = 0; i < n; i++) {
-    if ((i & 3) == 0) x = x * 1664525u + 1013904223u;
+  size_t i = 0;
+  if (FAST_LE)
+    for (; i + 4 <= n; i += 4) {
+      uint32_t w;
+      memcpy(&w, p + i, 4);
+      if (w != LCG(x)) break;  // the byte loop finds the byte
+      x = LCG(x);
+    }
+  for (; i < n; i++) {
+    if ((i & 3) == 0) x = LCG(x);
     if (p[i] != (uint8_t)(x >> (8 * (i & 3)))) return (long)i;
   }
   return -1;
