@@ -1561,7 +1561,7 @@ static int td_step(Role* r) {
     case TD_XFER: {
       int k = td_xfer(r, s);
       if (k <= 0) return k;
-      s->fds[s->cycle] = count_fds();
+      s->fds[s->cycle] = g_procs == 2 || g_role != ROLE_BOTH ? count_fds() : count_fds_now();  // checked in its own process only
       s->cycle++;
       r->deadline = now_s() + g_timeout;  // each cycle has the whole timeout
       s->state = TD_LOAD;
