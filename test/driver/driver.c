@@ -4,13 +4,15 @@
 //   driver <scenario|all> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] [--verbose]
 //          [--role send|recv --rendezvous DIR]
 //
-// Pair scenarios (transfer, inflight, grouped, marker, bulk; badinput's oversize send with
-// --procs 2) are written as a sender role and a receiver role, each a non-blocking step
-// function, joined by a small message channel (a pipe). With --procs 1 both roles live in
-// one process and their steps are interleaved; with --procs 2 the driver forks a receiver
-// process (listen, accept) and a sender process (connect); each loads the library itself.
-// With --role one invocation runs one role only and the channel is a set of files in a
-// directory both can see (two network namespaces, two hosts with a shared folder).
+// Pair scenarios (transfer, inflight, grouped, pushback, teardown, marker, bulk; badinput's
+// oversize send with --procs 2) are written as a sender role and a receiver role, each a
+// non-blocking step function, joined by a small message channel (a pipe) that also carries
+// the scenario's own marks, in order (an int and up to a handle's bytes: "posted", a new
+// handle). With --procs 1 both roles live in one process and their steps are interleaved;
+// with --procs 2 the driver forks a receiver process (listen, accept) and a sender process
+// (connect); each loads the library itself. With --role one invocation runs one role only and
+// the channel is a set of files in a directory both can see (two network namespaces, two
+// hosts with a shared folder).
 // killpeer and stranger manage their own processes and sockets; tables, badinput and
 // lifecycle otherwise run in one process.
 #define _GNU_SOURCE
@@ -44,6 +46,9 @@ static double g_timeout = 20.0;
 static int g_verbose;
 static const char* g_lib = "build/libnccl-net-tsnet.so";
 static int g_dev;
+static int g_procs = 1;
+enum { ROLE_BOTH = 0, ROLE_SEND = 1, ROLE_RECV = 2 };
+static int g_role;              // --role: this invocation runs one role of each pair
 
 static void set_prefix(int version, const char* scenario, const char* role) {
   snprintf(g_prefix, sizeof g_prefix, "v%d %s%s%s%s", version, scenario, role ? " [" : "", role ? role : "",
@@ -113,10 +118,21 @@ static uint32_t seed_of(size_t size, int index, int salt) {
   return (uint32_t)(size * 2654435761u) ^ (uint32_t)(index * 40503 + 1) ^ (uint32_t)(salt * 0x9e3779b9u);
 }
 
+// Byte i is byte i % 4 (little-endian) of the (i / 4 + 1)-th value of an LCG; on a
+// little-endian host whole blocks of four are written and compared at once.
+#define LCG(x) ((x) * 1664525u + 1013904223u)
+#define FAST_LE (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+
 static void fill(uint8_t* p, size_t n, uint32_t seed) {
   uint32_t x = seed | 1;
-  for (size_t i = 0; i < n; i++) {
-    if ((i & 3) == 0) x = x * 1664525u + 1013904223u;
+  size_t i = 0;
+  if (FAST_LE)
+    for (; i + 4 <= n; i += 4) {
+      x = LCG(x);
+      memcpy(p + i, &x, 4);
+    }
+  for (; i < n; i++) {
+    if ((i & 3) == 0) x = LCG(x);
     p[i] = (uint8_t)(x >> (8 * (i & 3)));
   }
 }
@@ -124,8 +140,16 @@ static void fill(uint8_t* p, size_t n, uint32_t seed) {
 // First offset where p differs from the pattern, or -1.
 static long mismatch(const uint8_t* p, size_t n, uint32_t seed) {
   uint32_t x = seed | 1;
-  for (size_t i = 0; i < n; i++) {
-    if ((i & 3) == 0) x = x * 1664525u + 1013904223u;
+  size_t i = 0;
+  if (FAST_LE)
+    for (; i + 4 <= n; i += 4) {
+      uint32_t w;
+      memcpy(&w, p + i, 4);
+      if (w != LCG(x)) break;  // the byte loop finds the byte
+      x = LCG(x);
+    }
+  for (; i < n; i++) {
+    if ((i & 3) == 0) x = LCG(x);
     if (p[i] != (uint8_t)(x >> (8 * (i & 3)))) return (long)i;
   }
   return -1;
@@ -141,10 +165,13 @@ static long guard_broken(const uint8_t* p, size_t from, size_t to) {
 
 // ---------------------------------------------------------------- the channel between roles
 
-enum { MSG_HANDLE = 1, MSG_DONE = 2, MSG_ABORT = 3 };
+// MSG_MARK: a scenario's own word to the peer role (an int and up to 128 bytes, e.g. a new
+// handle), delivered in the order sent; the role queues them for its step function.
+enum { MSG_HANDLE = 1, MSG_DONE = 2, MSG_ABORT = 3, MSG_MARK = 4 };
 typedef struct Msg {
   int32_t kind;
   int32_t len;
+  int32_t arg;  // MSG_MARK: the scenario's word
   uint8_t data[TSN_HANDLE_SIZE];
 } Msg;  // < PIPE_BUF: writes are atomic, so a non-blocking read sees whole messages
 
@@ -155,6 +182,7 @@ typedef struct Chan {
   char key[64];
   int sender;
   int got;  // file mode: bit per message already delivered
+  int marks_out, marks_in;  // file mode: marks written, marks delivered (numbered files)
   double next_poll;
 } Chan;
 
@@ -162,20 +190,25 @@ static void chan_path(const Chan* c, char* out, size_t len, const char* what) {
   snprintf(out, len, "%s/%s.%s", c->dir, c->key, what);
 }
 
-static const char* msg_file(int kind, int sender, char* buf, size_t len) {
+// Marks are numbered per writer: "send-mark0", "send-mark1", ... (seq: the mark's number).
+static const char* msg_file(int kind, int sender, int seq, char* buf, size_t len) {
   if (kind == MSG_HANDLE) return "handle";
-  snprintf(buf, len, "%s-%s", sender ? "send" : "recv", kind == MSG_DONE ? "done" : "abort");
+  if (kind == MSG_MARK) snprintf(buf, len, "%s-mark%d", sender ? "send" : "recv", seq);
+  else snprintf(buf, len, "%s-%s", sender ? "send" : "recv", kind == MSG_DONE ? "done" : "abort");
   return buf;
 }
 
-// Written under a temporary name, then renamed: the peer sees a whole file or none.
-static void file_put(Chan* c, int kind, const void* data, int len) {
+// Written under a temporary name, then renamed: the peer sees a whole file or none. A mark's
+// file holds its int, then its bytes.
+static void file_put(Chan* c, int kind, int arg, const void* data, int len) {
   char what[32], path[600], tmp[620];
-  chan_path(c, path, sizeof path, msg_file(kind, c->sender, what, sizeof what));
+  chan_path(c, path, sizeof path, msg_file(kind, c->sender, c->marks_out, what, sizeof what));
+  if (kind == MSG_MARK) c->marks_out++;
   snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  ssize_t w = data && len > 0 ? write(fd, data, (size_t)len) : 0;
+  ssize_t w = kind == MSG_MARK ? write(fd, &arg, sizeof arg) : 0;
+  w = data && len > 0 ? write(fd, data, (size_t)len) : 0;
   (void)w;
   close(fd);
   if (rename(tmp, path)) unlink(tmp);
@@ -201,11 +234,27 @@ static int file_get(Chan* c, Msg* m) {
       }
     }
   }
+  // The peer's next mark (written before its done or abort, so seen first).
+  chan_path(c, path, sizeof path, msg_file(MSG_MARK, !c->sender, c->marks_in, what, sizeof what));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    uint8_t buf[sizeof(int32_t) + TSN_HANDLE_SIZE];
+    ssize_t k = read(fd, buf, sizeof buf);
+    close(fd);
+    if (k >= (ssize_t)sizeof(int32_t)) {
+      c->marks_in++;
+      m->kind = MSG_MARK;
+      memcpy(&m->arg, buf, sizeof m->arg);
+      m->len = (int32_t)(k - (ssize_t)sizeof(int32_t));
+      memcpy(m->data, buf + sizeof(int32_t), (size_t)m->len);
+      return 1;
+    }
+  }
   static const int kinds[] = {MSG_DONE, MSG_ABORT};
   for (int i = 0; i < 2; i++) {
     int bit = 2 << i;
     if (c->got & bit) continue;
-    chan_path(c, path, sizeof path, msg_file(kinds[i], !c->sender, what, sizeof what));
+    chan_path(c, path, sizeof path, msg_file(kinds[i], !c->sender, 0, what, sizeof what));
     if (access(path, F_OK) == 0) {
       c->got |= bit;
       m->kind = kinds[i];
@@ -215,20 +264,23 @@ static int file_get(Chan* c, Msg* m) {
   return 0;
 }
 
-static void chan_put(Chan* c, int kind, const void* data, int len) {
+static void chan_put_arg(Chan* c, int kind, int arg, const void* data, int len) {
   if (c->dir) {
-    file_put(c, kind, data, len);
+    file_put(c, kind, arg, data, len);
     return;
   }
   Msg m;
   memset(&m, 0, sizeof m);
   m.kind = kind;
   m.len = len;
+  m.arg = arg;
   if (data && len > 0) memcpy(m.data, data, (size_t)len);
   ssize_t w;
   do w = write(c->wfd, &m, sizeof m);
   while (w < 0 && errno == EINTR);
 }
+
+static void chan_put(Chan* c, int kind, const void* data, int len) { chan_put_arg(c, kind, 0, data, len); }
 
 // 1: a message; 0: none yet; -1: the peer closed its end.
 static int chan_get(Chan* c, Msg* m) {
@@ -264,6 +316,7 @@ static void chan_close(Chan* c) {
 
 #define ROLE_MAX_MR 4
 #define ROLE_MAX_BUF 4
+#define ROLE_MAX_MARKS 16
 
 typedef struct Role Role;
 typedef struct RoleOps {
@@ -299,6 +352,8 @@ struct Role {
   void* buf[ROLE_MAX_BUF];
   int nbuf;
   void* st;  // scenario state (malloc'd, freed at cleanup)
+  Msg marks[ROLE_MAX_MARKS];  // the peer's marks not yet taken by the step function
+  int mark_head, mark_count;
 };
 
 static void* role_alloc(Role* r, size_t size) {
@@ -313,6 +368,18 @@ static void* role_reg(Role* r, void* data, size_t size) {
   if (!check(rc == TSN_SUCCESS && mh, "regMr of %zu host bytes (rc %d)", size, rc)) return NULL;
   if (r->nmr < ROLE_MAX_MR) r->mr[r->nmr++] = mh;
   return mh;
+}
+
+// A scenario's word to the peer role (arg, and len bytes of data: at most a handle).
+static void role_put_mark(Role* r, int arg, const void* data, int len) { chan_put_arg(&r->ch, MSG_MARK, arg, data, len); }
+
+// The peer's oldest mark not yet taken: 1 and *m, or 0 when none has come.
+static int role_take_mark(Role* r, Msg* m) {
+  if (!r->mark_count) return 0;
+  *m = r->marks[r->mark_head];
+  r->mark_head = (r->mark_head + 1) % ROLE_MAX_MARKS;
+  r->mark_count--;
+  return 1;
 }
 
 static void role_abort(Role* r, const char* why) {
@@ -341,6 +408,12 @@ static int role_step(Role* r, const char* scenario) {
     if (m.kind == MSG_HANDLE && m.len == TSN_HANDLE_SIZE) {
       memcpy(r->handle, m.data, TSN_HANDLE_SIZE);
       r->have_handle = 1;
+    } else if (m.kind == MSG_MARK) {
+      if (r->mark_count == ROLE_MAX_MARKS) {
+        role_abort(r, "more marks from the peer than this role holds");
+        break;
+      }
+      r->marks[(r->mark_head + r->mark_count++) % ROLE_MAX_MARKS] = m;
     } else if (m.kind == MSG_DONE) {
       r->peer_done = 1;
     } else if (m.kind == MSG_ABORT) {
@@ -901,6 +974,629 @@ static int group_recv_step(Role* r) {
 
 static const PairScenario GROUPED = {"grouped", {group_setup, group_send_step}, {group_setup, group_recv_step}};
 
+// ---------------------------------------------------------------- pushback
+
+// Messages whose tag is already used in the earliest posted receive go to a later one (the
+// matching rule: the earliest posted receive with an unused entry of the tag; equal tags keep
+// their order). Each pattern is a list of receives (tags per entry, posting order) and a list
+// of sends (tags, sending order); eager-size and striped messages are mixed. Both roles derive
+// the same rounds from the tables: round r is pattern r % PB_NPAT, receiver first (its
+// receives posted, then a mark; the sender posts once it has the mark) for r < PB_NPAT, else
+// sender first (its sends posted, then a mark; the receiver posts PB_WAIT_S after the mark,
+// so its receives meet messages that are already waiting).
+#define PB_MAX_RECVS 8
+#define PB_MAX_SENDS 16
+#define PB_SLACK 256  // guard bytes checked after each buffer's room
+#define PB_WAIT_S 0.03
+
+typedef struct PbPattern {
+  const char* name;
+  int nrecv;
+  int n[PB_MAX_RECVS];
+  int tags[PB_MAX_RECVS][TSN_MAX_RECVS];
+  int nsend;
+  int send_tags[PB_MAX_SENDS];
+} PbPattern;
+
+static const PbPattern k_pb[] = {
+    {"a: irecv(n=1, tag 8) before irecv(n=8, tags 0-7), sends 0 8 1..7",
+     2, {1, 8}, {{8}, {0, 1, 2, 3, 4, 5, 6, 7}},
+     9, {0, 8, 1, 2, 3, 4, 5, 6, 7}},
+    {"b2: two receives of tags 0-3, two tag-1 messages before the first is full",
+     2, {4, 4}, {{0, 1, 2, 3}, {0, 1, 2, 3}},
+     8, {1, 1, 0, 2, 3, 0, 3, 2}},
+    {"b3: three receives of tags 0-3, three tag-1 messages before the first is full",
+     3, {4, 4, 4}, {{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}},
+     12, {1, 1, 0, 1, 2, 3, 0, 2, 3, 0, 3, 2}},
+    {"c: single and grouped receives alternating",
+     6, {1, 4, 1, 4, 1, 1}, {{2}, {0, 1, 2, 3}, {1}, {0, 1, 2, 3}, {3}, {0}},
+     12, {3, 1, 0, 2, 1, 2, 3, 0, 3, 1, 2, 0}},
+};
+#define PB_NPAT COUNT_OF(k_pb)
+#define PB_ROUNDS (2 * PB_NPAT)
+
+// Eager-size (under 8 KiB: eager over TCP and libfabric) and striped (256 KiB to 4 MiB).
+static const size_t k_pb_sizes[] = {100, (256 << 10) + 13, 1000, 1 << 20, 4096, (3 << 20) + 5, 8000, 4 << 20};
+
+static size_t pb_size(int round, int k) { return k_pb_sizes[(size_t)(k * 3 + round * 5) % COUNT_OF(k_pb_sizes)]; }
+static uint32_t pb_seed(int round, int k) { return seed_of(pb_size(round, k), k, 200 + round); }
+// Room of the entry that takes send k: its size and a little more (differing per entry).
+static size_t pb_room(int round, int k) { return pb_size(round, k) + (size_t)(k % 3) * 8; }
+
+// The send that entry j of receive i must get by the rule: the q-th entry with tag t (in
+// posting order, entries in order) takes the q-th message with tag t. -1 if none.
+static int pb_expect(const PbPattern* p, int i, int j) {
+  int t = p->tags[i][j], q = 0;
+  for (int a = 0; a < p->nrecv; a++)
+    for (int b = 0; b < p->n[a]; b++)
+      if ((a < i || (a == i && b < j)) && p->tags[a][b] == t) q++;
+  for (int k = 0; k < p->nsend; k++)
+    if (p->send_tags[k] == t && q-- == 0) return k;
+  return -1;
+}
+
+typedef struct PbState {
+  int round;
+  int posting;  // posting this round's requests (0: not yet started)
+  int posted, ndone, marked;
+  double post_at;  // receiver, sender first: when to post
+  void* req[PB_MAX_SENDS];
+  int done[PB_MAX_SENDS];
+  size_t off[PB_MAX_SENDS];  // sender: per send; receiver: per entry (flattened in posting order)
+  uint8_t* buf;
+  size_t cap;
+  void* mh;
+  long nulls;
+} PbState;
+
+static int pb_setup(Role* r) {
+  PbState* s = calloc(1, sizeof *s);
+  r->st = s;
+  size_t max = 0;
+  for (int round = 0; round < PB_ROUNDS; round++) {
+    const PbPattern* p = &k_pb[round % PB_NPAT];
+    size_t total = 0;
+    for (int k = 0; k < p->nsend; k++) total += r->sender ? pb_size(round, k) : pb_room(round, k) + PB_SLACK;
+    if (total > max) max = total;
+  }
+  s->cap = max;
+  s->buf = role_alloc(r, s->cap);
+  if (!s->buf) return -1;
+  memset(s->buf, GUARD, s->cap);
+  s->mh = role_reg(r, s->buf, s->cap);
+  return s->mh ? 0 : -1;
+}
+
+// Lays out and fills (sender) or clears (receiver) this round's buffers.
+static void pb_prepare(Role* r, PbState* s, const PbPattern* p) {
+  size_t off = 0;
+  if (r->sender) {
+    for (int k = 0; k < p->nsend; k++) {
+      s->off[k] = off;
+      fill(s->buf + off, pb_size(s->round, k), pb_seed(s->round, k));
+      off += pb_size(s->round, k);
+    }
+    return;
+  }
+  memset(s->buf, GUARD, s->cap);
+  int e = 0;
+  for (int i = 0; i < p->nrecv; i++)
+    for (int j = 0; j < p->n[i]; j++, e++) {
+      int k = pb_expect(p, i, j);
+      s->off[e] = off;
+      off += (k < 0 ? 0 : pb_room(s->round, k)) + PB_SLACK;
+    }
+}
+
+// Posts what is left of this round's requests; 0 when all are posted, 1 for a NULL request
+// (try again), -1 on an error.
+static int pb_post(Role* r, PbState* s, const PbPattern* p) {
+  int count = r->sender ? p->nsend : p->nrecv;
+  int e = 0;
+  for (int i = 0; i < s->posted; i++) e += r->sender ? 1 : p->n[i];
+  while (s->posted < count) {
+    int i = s->posted;
+    tsn_result_t rc;
+    if (r->sender) {
+      rc = shim_isend(r->net, r->comm, s->buf + s->off[i], pb_size(s->round, i), p->send_tags[i], s->mh, &s->req[i]);
+      if (rc != TSN_SUCCESS) return check(0, "round %d: isend #%d (tag %d) returned %d", s->round, i, p->send_tags[i], rc), -1;
+    } else {
+      void* data[TSN_MAX_RECVS];
+      size_t room[TSN_MAX_RECVS];
+      int tags[TSN_MAX_RECVS];
+      void* mhs[TSN_MAX_RECVS];
+      for (int j = 0; j < p->n[i]; j++) {
+        int k = pb_expect(p, i, j);
+        data[j] = s->buf + s->off[e + j];
+        room[j] = k < 0 ? 0 : pb_room(s->round, k);
+        tags[j] = p->tags[i][j];
+        mhs[j] = s->mh;
+      }
+      rc = shim_irecv(r->net, r->comm, p->n[i], data, room, tags, mhs, &s->req[i]);
+      if (rc != TSN_SUCCESS) return check(0, "round %d: irecv #%d (n=%d) returned %d", s->round, i, p->n[i], rc), -1;
+    }
+    if (!s->req[i]) {
+      s->nulls++;
+      return 1;
+    }
+    e += r->sender ? 1 : p->n[i];
+    s->posted++;
+  }
+  return 0;
+}
+
+// Receive i completed: every entry has the message the rule gives it, whole, nothing after it.
+static int pb_validate(PbState* s, const PbPattern* p, int i, const int* sizes) {
+  int e = 0, ok = 1;
+  for (int a = 0; a < i; a++) e += p->n[a];
+  for (int j = 0; j < p->n[i]; j++) {
+    int k = pb_expect(p, i, j);
+    size_t want = pb_size(s->round, k);
+    uint8_t* at = s->buf + s->off[e + j];
+    long bad = mismatch(at, want, pb_seed(s->round, k));
+    long g = guard_broken(at, want, pb_room(s->round, k) + PB_SLACK);
+    if (sizes[j] != (int)want || bad >= 0 || g >= 0) {
+      ok = 0;
+      check(0,
+            "%s (%s first), receive #%d buffer %d (tag %d) should hold send #%d (%zu bytes): size %d; data first difference "
+            "%ld; guard first change %ld",
+            p->name, s->round < PB_NPAT ? "receiver" : "sender", i, j, p->tags[i][j], k, want, sizes[j], bad, g);
+    }
+  }
+  if (sizes[p->n[i]] != -7) ok = 0, check(0, "receive #%d: test wrote sizes beyond n=%d", i, p->n[i]);
+  return ok;
+}
+
+static int pb_step(Role* r) {
+  PbState* s = r->st;
+  if (s->round == PB_ROUNDS) return 1;
+  const PbPattern* p = &k_pb[s->round % PB_NPAT];
+  int recv_first = s->round < PB_NPAT;
+  int first = recv_first == !r->sender;  // this role posts first this round
+  const char* order = recv_first ? "receiver first" : "sender first";
+  int count = r->sender ? p->nsend : p->nrecv;
+  if (!s->posting) {
+    if (!first) {
+      if (!s->marked) {
+        Msg m;
+        if (!role_take_mark(r, &m)) return 0;
+        if (m.arg != s->round) return check(0, "round %d: the peer's mark names round %d", s->round, m.arg), -1;
+        s->marked = 1;
+        s->post_at = now_s() + (r->sender ? 0 : PB_WAIT_S);
+      }
+      if (now_s() < s->post_at) return 0;
+    }
+    pb_prepare(r, s, p);
+    s->posting = 1;
+  }
+  if (s->posted < count) {
+    int k = pb_post(r, s, p);
+    if (k < 0) return -1;
+    if (k > 0) return 0;
+    if (first) role_put_mark(r, s->round, NULL, 0);
+  }
+  int sizes[TSN_MAX_RECVS + 1];
+  for (int i = 0; i < s->posted; i++) {
+    if (s->done[i]) continue;
+    for (int t = 0; t <= TSN_MAX_RECVS; t++) sizes[t] = -7;
+    int done = 0;
+    tsn_result_t rc = shim_test(r->net, s->req[i], &done, sizes);
+    if (rc != TSN_SUCCESS)
+      return check(0, "%s (%s): test of %s #%d returned %d", p->name, order, r->sender ? "send" : "receive", i, rc), -1;
+    if (!done) continue;
+    s->done[i] = 1;
+    s->ndone++;
+    if (r->sender) {
+      if (sizes[0] != (int)pb_size(s->round, i))
+        check(0, "%s (%s): send #%d: test reports %d, sent %zu", p->name, order, i, sizes[0], pb_size(s->round, i));
+    } else if (!pb_validate(s, p, i, sizes)) {
+      return -1;
+    }
+  }
+  if (s->ndone < count) return 0;
+  if (r->sender) {
+    check(1, "%s (%s): %d sends completed", p->name, order, p->nsend);
+  } else {
+    int eager = 0, big = 0;
+    for (int k = 0; k < p->nsend; k++) pb_size(s->round, k) <= 8192 ? eager++ : big++;
+    check(1, "%s (%s): %d receives got each message by the rule (%d eager-size, %d striped), sizes in buffer order, guards intact",
+          p->name, order, p->nrecv, eager, big);
+  }
+  s->round++;
+  s->posting = s->posted = s->ndone = s->marked = 0;
+  memset(s->req, 0, sizeof s->req);
+  memset(s->done, 0, sizeof s->done);
+  if (s->round == PB_ROUNDS && s->nulls) note("%ld NULL requests retried", s->nulls);
+  return s->round == PB_ROUNDS;
+}
+
+static const PairScenario PUSHBACK = {"pushback", {pb_setup, pb_step}, {pb_setup, pb_step}};
+
+// ---------------------------------------------------------------- teardown
+
+// Tearing a pair down under load, then reconnecting, TD_CYCLES times. Each cycle the receiver
+// posts TD_RECVS receives of 1 MiB and the sender streams 1 MiB sends into them (16, or 96 when
+// it tears down itself: more than the receives take); one side (the receiver once TD_SEEN
+// messages have landed, param TD_BY_RECV; or the sender once a send has completed, TD_BY_SEND)
+// deregisters its memory and closes its comm (the receiver its listener
+// too) with requests in flight. Every call must return 0, no request on the memory may stay in
+// flight, and test() on a request of the closed comm must return an error (a closed comm's
+// memory stays readable for that: native/core.cc, retireComm). A mark tells the other side,
+// which does the same. The receiver listens again and passes the new handle in a mark; the pair
+// reconnects and carries 1 B, 65537 B and 1 MiB + 3, validated. In its own process a role
+// checks that its open descriptors (/proc/self/fd, counted after each cycle) do not grow: by at
+// most TD_FD_SLACK in all (a protocol thread's first use), by at most 1 over the last two cycles.
+#define TD_CYCLES 5
+#define TD_RECVS 32
+#define TD_MSG ((size_t)1 << 20)
+#define TD_SLACK 256
+#define TD_SENDS_BY_RECV 16  // the receiver tears down: at least 16 of its receives are unmatched
+#define TD_SENDS_BY_SEND 96  // the sender tears down: 64 more than the receives can take stay in flight
+#define TD_SEEN 4
+#define TD_FD_SLACK 4
+#define TD_TAG 1
+#define TD_XTAG 10
+enum { TD_BY_RECV = 0, TD_BY_SEND = 1 };
+enum { TD_MARK_TORN = 1, TD_MARK_HANDLE = 2, TD_MARK_READY = 3 };
+enum { TD_LOAD, TD_RUN, TD_DOWN, TD_WAIT_HANDLE, TD_CONNECT, TD_XFER };
+
+static const size_t k_td_xfer[] = {1, 65537, (1 << 20) + 3};
+#define TD_NX COUNT_OF(k_td_xfer)
+
+typedef struct TdState {
+  int cycle, state, prepared;
+  int count;  // load requests this cycle
+  void* req[TD_SENDS_BY_SEND];
+  int done[TD_SENDS_BY_SEND];
+  int posted, ndone, landed;
+  void* xreq[TD_NX];
+  int xdone[TD_NX];
+  int xposted, xndone;
+  uint8_t* buf;  // receiver: TD_RECVS slots; sender: the one message every send carries
+  size_t cap;
+  uint8_t* xbuf;
+  size_t xcap, xoff[TD_NX];
+  void* mh;
+  void* xmh;
+  uint8_t handle[TSN_HANDLE_SIZE];
+  int have_handle;
+  int fds[TD_CYCLES];
+  int inflight, cancelled, failed_after, stale_tests;
+  long nulls;
+} TdState;
+
+// Open descriptors of this process (the directory's own excluded).
+static int count_fds_now(void) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n - 1;
+}
+
+// The same once it holds still (three equal counts 10 ms apart, at most 300 ms): a closed
+// comm's sockets may close a moment after closeSend/closeRecv returned.
+static int count_fds(void) {
+  int last = count_fds_now(), same = 1;
+  for (int i = 0; i < 30 && same < 3; i++) {
+    usleep(10000);
+    int n = count_fds_now();
+    same = n == last ? same + 1 : 1;
+    last = n;
+  }
+  return last;
+}
+
+static const char* td_side(int sender) { return sender ? "sender" : "receiver"; }
+static uint32_t td_seed(int cycle) { return seed_of(TD_MSG, 0, 300 + cycle); }
+
+static int td_reg(Role* r, TdState* s) {
+  s->mh = role_reg(r, s->buf, s->cap);
+  s->xmh = role_reg(r, s->xbuf, s->xcap);
+  return s->mh && s->xmh ? 0 : -1;
+}
+
+static int td_setup(Role* r) {
+  TdState* s = calloc(1, sizeof *s);
+  r->st = s;
+  s->cap = r->sender ? TD_MSG : TD_RECVS * (TD_MSG + TD_SLACK);
+  s->buf = role_alloc(r, s->cap);
+  for (int i = 0; i < TD_NX; i++) {
+    s->xoff[i] = s->xcap;
+    s->xcap += k_td_xfer[i] + TD_SLACK;
+  }
+  s->xbuf = role_alloc(r, s->xcap);
+  if (!s->buf || !s->xbuf) return -1;
+  memset(s->buf, GUARD, s->cap);
+  memset(s->xbuf, GUARD, s->xcap);
+  if (!r->sender) {
+    const char* pt = getenv("TSNET_PROTOCOL_THREADS");
+    note("teardown by the %s; TSNET_PROTOCOL_THREADS=%s", td_side(r->param == TD_BY_SEND), pt ? pt : "(unset)");
+  }
+  return td_reg(r, s);
+}
+
+// A load receive that completed: its size, data and guard.
+static int td_check_load(TdState* s, int i, int got) {
+  uint8_t* at = s->buf + (size_t)i * (TD_MSG + TD_SLACK);
+  long bad = mismatch(at, TD_MSG, td_seed(s->cycle));
+  long g = guard_broken(at, TD_MSG, TD_MSG + TD_SLACK);
+  if (got == (int)TD_MSG && bad < 0 && g < 0) return 1;
+  return check(0, "cycle %d: load receive #%d: size %d (want %zu), data first difference %ld, guard first change %ld",
+               s->cycle, i, got, TD_MSG, bad, g);
+}
+
+// The peer's next mark, which must be `want` (the sender's: TD_MARK_TORN; the receiver's:
+// TD_MARK_READY, then TD_MARK_HANDLE, each cycle). 1 once it came, 0 before, -1 if another.
+static int td_mark(Role* r, TdState* s, int want) {
+  Msg m;
+  if (!role_take_mark(r, &m)) return 0;
+  if (m.arg != want) return check(0, "cycle %d: the %s's mark is %d, expected %d", s->cycle, td_side(!r->sender), m.arg, want), -1;
+  if (want == TD_MARK_HANDLE) {
+    if (m.len != TSN_HANDLE_SIZE) return check(0, "cycle %d: the mark carries %d bytes, not a handle", s->cycle, m.len), -1;
+    memcpy(s->handle, m.data, TSN_HANDLE_SIZE);
+    s->have_handle = 1;
+  }
+  return 1;
+}
+
+// Posts what is left of the load; 1 when all are posted.
+static int td_post_load(Role* r, TdState* s) {
+  if (!s->prepared && r->sender) {
+    // The receiver's receives are posted and the last cycle's transfer is in: a send completes
+    // when handed over, and a teardown may drop what it handed over before.
+    int k = td_mark(r, s, TD_MARK_READY);
+    if (k <= 0) return k;
+  }
+  if (!s->prepared) {
+    s->count = r->sender ? (r->param == TD_BY_RECV ? TD_SENDS_BY_RECV : TD_SENDS_BY_SEND) : TD_RECVS;
+    if (r->sender) fill(s->buf, TD_MSG, td_seed(s->cycle));
+    else memset(s->buf, GUARD, s->cap);
+    s->prepared = 1;
+  }
+  while (s->posted < s->count) {
+    int i = s->posted;
+    tsn_result_t rc;
+    if (r->sender) {
+      rc = shim_isend(r->net, r->comm, s->buf, TD_MSG, TD_TAG, s->mh, &s->req[i]);
+    } else {
+      void* d = s->buf + (size_t)i * (TD_MSG + TD_SLACK);
+      size_t room = TD_MSG;
+      int tag = TD_TAG;
+      rc = shim_irecv(r->net, r->comm, 1, &d, &room, &tag, &s->mh, &s->req[i]);
+    }
+    if (rc != TSN_SUCCESS) return check(0, "cycle %d: load %s #%d returned %d", s->cycle, r->sender ? "isend" : "irecv", i, rc), -1;
+    if (!s->req[i]) {
+      s->nulls++;
+      return 0;
+    }
+    s->posted++;
+  }
+  if (!r->sender) role_put_mark(r, TD_MARK_READY, NULL, 0);
+  return 1;
+}
+
+// Tests the load requests once each. Before its own teardown the tearing side needs every
+// one to succeed; the other side's may fail once the peer has closed.
+static int td_test_load(Role* r, TdState* s, int tearer) {
+  for (int i = 0; i < s->posted; i++) {
+    if (s->done[i]) continue;
+    int done = 0, got = -1;
+    tsn_result_t rc = shim_test(r->net, s->req[i], &done, &got);
+    if (rc != TSN_SUCCESS) {
+      if (tearer) return check(0, "cycle %d: load %s #%d failed (rc %d) before the teardown", s->cycle, r->sender ? "send" : "receive", i, rc), -1;
+      s->done[i] = 1;
+      s->ndone++;
+      s->failed_after++;
+      continue;
+    }
+    if (!done) continue;
+    s->done[i] = 1;
+    s->ndone++;
+    s->landed++;
+    if (r->sender && got != (int)TD_MSG) return check(0, "cycle %d: load send #%d: test reports %d", s->cycle, i, got), -1;
+    if (!r->sender && !td_check_load(s, i, got)) return -1;
+  }
+  return 0;
+}
+
+// Deregisters, tests what was in flight, closes; the receiver listens again and sends its handle.
+static int td_down(Role* r, TdState* s, int tearer) {
+  const char* what = r->sender ? "send(s)" : "receive(s)";
+  int inflight = s->posted - s->ndone;
+  int stale = -1;  // left untested until after the close
+  for (int i = s->posted - 1; i >= 0 && stale < 0; i--)
+    if (!s->done[i]) stale = i;
+  if (tearer) {
+    s->inflight += inflight;
+    check(inflight > 0, "cycle %d: the %s tears down with %d load %s in flight (%d landed)", s->cycle, td_side(r->sender),
+          inflight, what, s->landed);
+  }
+  tsn_result_t a = shim_dereg_mr(r->net, r->comm, s->mh);
+  tsn_result_t b = shim_dereg_mr(r->net, r->comm, s->xmh);
+  r->nmr = 0;
+  if (!check(a == TSN_SUCCESS && b == TSN_SUCCESS, "cycle %d: deregMr with %d %s in flight returns 0 (rc %d, %d)", s->cycle,
+             inflight, what, a, b))
+    return -1;
+  int still = 0, cancelled = 0, tested = 0;
+  for (int i = 0; i < s->posted; i++) {
+    if (s->done[i] || i == stale) continue;
+    int done = 0, got = -1;
+    tsn_result_t rc = shim_test(r->net, s->req[i], &done, &got);
+    tested++;
+    if (!done && rc == TSN_SUCCESS) still++;
+    else if (rc != TSN_SUCCESS) cancelled++;
+    else if (!r->sender && !td_check_load(s, i, got)) return -1;
+    s->done[i] = 1;
+  }
+  s->cancelled += cancelled;
+  if (!check(still == 0, "cycle %d: after deregMr none of the %d %s tested is still in flight (%d cancelled)", s->cycle, tested,
+             what, cancelled))
+    return -1;
+  tsn_result_t rc = r->sender ? shim_close_send(r->net, r->comm) : shim_close_recv(r->net, r->comm);
+  r->comm = NULL;
+  if (!check(rc == TSN_SUCCESS, "cycle %d: %s returns 0 (rc %d)", s->cycle, r->sender ? "closeSend" : "closeRecv", rc)) return -1;
+  if (!r->sender) {
+    rc = shim_close_listen(r->net, r->lc);
+    r->lc = NULL;
+    if (!check(rc == TSN_SUCCESS, "cycle %d: closeListen returns 0 (rc %d)", s->cycle, rc)) return -1;
+  }
+  // A request of the closed comm: one left in flight, else the last one posted.
+  int k = stale >= 0 ? stale : s->posted - 1;
+  if (k >= 0) {
+    int done = 0, got = -1;
+    rc = shim_test(r->net, s->req[k], &done, &got);
+    s->stale_tests++;
+    if (!check(rc != TSN_SUCCESS, "cycle %d: test() on %s #%d of the closed comm returns an error (rc %d)", s->cycle,
+               r->sender ? "send" : "receive", k, rc))
+      return -1;
+  }
+  if (r->sender) {
+    if (tearer) role_put_mark(r, TD_MARK_TORN, NULL, 0);
+    return 0;
+  }
+  uint8_t h[TSN_HANDLE_SIZE];
+  memset(h, 0, sizeof h);
+  rc = shim_listen(r->net, r->ctx, r->dev, h, &r->lc);
+  if (!check(rc == TSN_SUCCESS && r->lc, "cycle %d: listen again (rc %d)", s->cycle, rc)) return -1;
+  role_put_mark(r, TD_MARK_HANDLE, h, TSN_HANDLE_SIZE);
+  return 0;
+}
+
+
+// The validated transfer on the new pair; 1 once it is done.
+static int td_xfer(Role* r, TdState* s) {
+  if (s->xposted == 0 && s->xndone == 0 && !s->xreq[0]) {
+    if (r->sender)
+      for (int i = 0; i < TD_NX; i++) fill(s->xbuf + s->xoff[i], k_td_xfer[i], seed_of(k_td_xfer[i], i, 400 + s->cycle));
+    else memset(s->xbuf, GUARD, s->xcap);
+  }
+  while (s->xposted < TD_NX) {
+    int i = s->xposted;
+    tsn_result_t rc;
+    if (r->sender) {
+      rc = shim_isend(r->net, r->comm, s->xbuf + s->xoff[i], k_td_xfer[i], TD_XTAG + i, s->xmh, &s->xreq[i]);
+    } else {
+      void* d = s->xbuf + s->xoff[i];
+      size_t room = k_td_xfer[i];
+      int tag = TD_XTAG + i;
+      rc = shim_irecv(r->net, r->comm, 1, &d, &room, &tag, &s->xmh, &s->xreq[i]);
+    }
+    if (rc != TSN_SUCCESS) return check(0, "cycle %d: transfer %s #%d returned %d", s->cycle, r->sender ? "isend" : "irecv", i, rc), -1;
+    if (!s->xreq[i]) {
+      s->nulls++;
+      return 0;
+    }
+    s->xposted++;
+  }
+  for (int i = 0; i < TD_NX; i++) {
+    if (s->xdone[i]) continue;
+    int done = 0, got = -1;
+    tsn_result_t rc = shim_test(r->net, s->xreq[i], &done, &got);
+    if (rc != TSN_SUCCESS) return check(0, "cycle %d: test of transfer #%d after reconnecting returned %d", s->cycle, i, rc), -1;
+    if (!done) continue;
+    s->xdone[i] = 1;
+    s->xndone++;
+    long bad = -1, g = -1;
+    if (!r->sender) {
+      bad = mismatch(s->xbuf + s->xoff[i], k_td_xfer[i], seed_of(k_td_xfer[i], i, 400 + s->cycle));
+      g = guard_broken(s->xbuf + s->xoff[i], k_td_xfer[i], k_td_xfer[i] + TD_SLACK);
+    }
+    if (got != (int)k_td_xfer[i] || bad >= 0 || g >= 0)
+      return check(0, "cycle %d: after reconnecting, %zu bytes: size %d, data first difference %ld, guard first change %ld",
+                   s->cycle, k_td_xfer[i], got, bad, g), -1;
+  }
+  if (s->xndone < TD_NX) return 0;
+  check(1, "cycle %d: reconnected; 1 B, 65537 B and 1 MiB + 3 %s", s->cycle, r->sender ? "sent" : "received, validated");
+  return 1;
+}
+
+static int td_step(Role* r) {
+  TdState* s = r->st;
+  int tearer = (r->param == TD_BY_SEND) == r->sender;
+  switch (s->state) {
+    case TD_LOAD: {
+      int k = td_post_load(r, s);
+      if (k <= 0) return k;
+      s->state = TD_RUN;
+    }
+    /* fallthrough */
+    case TD_RUN: {
+      if (td_test_load(r, s, tearer)) return -1;
+      if (tearer) {
+        if (s->landed < (r->sender ? 1 : TD_SEEN)) return 0;
+      } else {
+        int k = td_mark(r, s, r->sender ? TD_MARK_HANDLE : TD_MARK_TORN);
+        if (k <= 0) return k;
+      }
+      s->state = TD_DOWN;
+    }
+    /* fallthrough */
+    case TD_DOWN:
+      if (td_down(r, s, tearer)) return -1;
+      s->state = r->sender && !s->have_handle ? TD_WAIT_HANDLE : TD_CONNECT;
+      return 0;
+    case TD_WAIT_HANDLE: {
+      int k = td_mark(r, s, TD_MARK_HANDLE);
+      if (k <= 0) return k;
+      s->state = TD_CONNECT;
+    }
+    /* fallthrough */
+    case TD_CONNECT: {
+      void* c = NULL;
+      tsn_result_t rc = r->sender ? shim_connect(r->net, r->ctx, r->dev, s->handle, &c) : shim_accept(r->net, r->lc, &c);
+      if (rc != TSN_SUCCESS) return check(0, "cycle %d: %s again returned %d", s->cycle, r->sender ? "connect" : "accept", rc), -1;
+      if (!c) return 0;
+      r->comm = c;
+      s->have_handle = 0;
+      if (td_reg(r, s)) return -1;
+      memset(s->xreq, 0, sizeof s->xreq);
+      memset(s->xdone, 0, sizeof s->xdone);
+      s->xposted = s->xndone = 0;
+      s->state = TD_XFER;
+    }
+    /* fallthrough */
+    case TD_XFER: {
+      int k = td_xfer(r, s);
+      if (k <= 0) return k;
+      s->fds[s->cycle] = g_procs == 2 || g_role != ROLE_BOTH ? count_fds() : count_fds_now();  // checked in its own process only
+      s->cycle++;
+      r->deadline = now_s() + g_timeout;  // each cycle has the whole timeout
+      s->state = TD_LOAD;
+      s->prepared = s->posted = s->ndone = s->landed = 0;
+      memset(s->req, 0, sizeof s->req);
+      memset(s->done, 0, sizeof s->done);
+      if (s->cycle < TD_CYCLES) return 0;
+    }
+  }
+  // Every cycle is done.
+  char fds[96];
+  int n = 0, grow = 0;
+  for (int c = 0; c < TD_CYCLES; c++) {
+    n += snprintf(fds + n, sizeof fds - (size_t)n, "%s%d", c ? " " : "", s->fds[c]);
+    if (s->fds[c] - s->fds[0] > grow) grow = s->fds[c] - s->fds[0];
+  }
+  if (r->sender == (r->param == TD_BY_SEND))
+    check(1, "%d cycles: torn down by the %s with %d load requests in flight (%d tested after deregMr: an error), reconnected, validated",
+          TD_CYCLES, td_side(r->sender), s->inflight, s->cancelled);
+  else
+    check(1, "%d cycles: followed the %s's teardown (%d requests failed once it had closed, %d tested after deregMr: an error), "
+          "reconnected, validated", TD_CYCLES, td_side(!r->sender), s->failed_after, s->cancelled);
+  // Some growth once (a protocol thread's first connection); a leak grows every cycle.
+  int late = s->fds[TD_CYCLES - 1] - s->fds[TD_CYCLES - 3];
+  if (g_procs == 2 || g_role != ROLE_BOTH)
+    check(grow <= TD_FD_SLACK && late <= 1, "open descriptors after each cycle: %s (grew by %d, at most %d; by %d over the last two cycles, at most 1)",
+          fds, grow, TD_FD_SLACK, late);
+  else
+    note("open descriptors after each cycle: %s (both roles share this process: not checked)", fds);
+  if (s->nulls) note("%ld NULL requests retried", s->nulls);
+  return 1;
+}
+
+static const PairScenario TEARDOWN = {"teardown", {td_setup, td_step}, {td_setup, td_step}};
+
 // ---------------------------------------------------------------- library, init, two processes
 
 static int open_net(Net* n, int version) {
@@ -936,9 +1632,6 @@ static int max_recvs(const Net* n) {
 
 #define COMM_ID 0x74736e6574300001ULL
 
-static int g_procs = 1;
-enum { ROLE_BOTH = 0, ROLE_SEND = 1, ROLE_RECV = 2 };
-static int g_role;              // --role: this invocation runs one role of each pair
 static const char* g_rdv;       // --rendezvous DIR: where the roles leave their messages
 static int g_pair_seq;          // pairs run so far in this scenario (names the rendezvous files)
 
@@ -1996,6 +2689,29 @@ static void sc_inflight(int v) {
   run_pair(v, &INFLIGHT_SC, 8);
   run_pair(v, &INFLIGHT_SC, INFLIGHT);
 }
+static void sc_pushback(int v) {
+  if (g_procs == 1 && g_role == ROLE_BOTH) {  // pattern a posts irecv(n=8)
+    Net n;
+    void* ctx;
+    int mr = 0;
+    set_prefix(v, "pushback", NULL);
+    if (open_net(&n, v)) return;
+    if (init_ctx(&n, &ctx, COMM_ID) == 0) {
+      mr = max_recvs(&n);
+      fini_ctx(&n, ctx);
+    }
+    shim_close(&n);
+    if (mr < TSN_MAX_RECVS) {
+      note("skip: the device's maxRecvs is %d, pattern a needs %d", mr, TSN_MAX_RECVS);
+      return;
+    }
+  }
+  run_pair(v, &PUSHBACK, 0);
+}
+static void sc_teardown(int v) {
+  run_pair(v, &TEARDOWN, TD_BY_RECV);
+  run_pair(v, &TEARDOWN, TD_BY_SEND);
+}
 static void sc_grouped(int v) {
   int want[] = {8, 4};
   int mr = 0;
@@ -2036,6 +2752,8 @@ static const Scenario SCENARIOS[] = {
     {"transfer", sc_transfer, PAIR, 1, "0 B to 4 MiB validated (--procs 2 / --role: to 64 MiB)"},
     {"inflight", sc_inflight, PAIR, 1, "8, then 32 sends and receives posted before any test"},
     {"grouped", sc_grouped, PAIR, 1, "irecv n = 8 and 4, tags sent shuffled, 20 rounds"},
+    {"pushback", sc_pushback, PAIR, 1, "messages pushed back to later receives by their tags, eager and striped mixed"},
+    {"teardown", sc_teardown, PAIR, 1, "deregMr and close under load by either side, reconnect; 5 cycles, descriptors"},
     {"marker", sc_marker, PAIR, 1, "*request = 0x1 before irecv"},
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
@@ -2085,7 +2803,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped marker badinput lifecycle killpeer stranger bulk\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle killpeer stranger bulk\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"

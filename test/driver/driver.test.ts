@@ -1,12 +1,13 @@
 // The C driver (test/driver/driver.c) against the built library, through the exported table
 // versions: every scenario on the in-process loopback transport (v6..v12), and over the TCP
-// transport the pair scenarios across two processes (v12, v11, v9), killpeer, stranger, and
-// the one-process scenarios (v12). One vitest test per scenario x version x mode.
+// transport the pair scenarios across two processes (v12, v11, v9), killpeer, stranger,
+// teardown with 1 and 4 protocol threads, and the one-process scenarios (v12). One vitest
+// test per scenario x version x mode.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
 import { LIB, ROOT, buildDriver, requireLib } from './build-driver';
 
-const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'marker', 'badinput', 'lifecycle'];
+const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'lifecycle'];
 const VERSIONS = [6, 7, 8, 9, 10, 11, 12];
 const LOOPBACK = { TSNET_TRANSPORT: 'loopback', TSNET_LOOPBACK_DEVICES: '2' };
 const TCP = { TSNET_TRANSPORT: 'tcp' };
@@ -92,9 +93,39 @@ describe('C driver, --procs 2, loopback', () => {
 });
 
 // Over TCP, `all --procs 2` runs transfer (0 B to 64 MiB), inflight (8, 32), grouped (n = 8, 4;
-// 20 rounds), marker, badinput (a 16 KiB send into a 4 KiB receive) across two processes, and
-// killpeer and stranger, which manage their own processes and sockets.
-const TCP_PROCS2 = ['transfer', 'inflight', 'grouped', 'marker', 'badinput', 'killpeer', 'stranger'];
+// 20 rounds), pushback (tags pushed back to later receives), teardown (deregMr and close under
+// load, 5 cycles), marker, badinput (a 16 KiB send into a 4 KiB receive) across two processes,
+// and killpeer and stranger, which manage their own processes and sockets.
+const PAIRS = ['transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput'];
+const TCP_PROCS2 = [...PAIRS, 'killpeer', 'stranger'];
+const PUSHBACK_PATTERNS = ['a', 'b2', 'b3', 'c'];
+
+/** pushback: every pattern, in both posting orders, matched by the rule and validated. */
+function expectPushback(out: string, version: number): void {
+  for (const order of ['receiver first', 'sender first'])
+    for (const p of PUSHBACK_PATTERNS) {
+      const head = `^ok - v${version} pushback \\[(send|recv)\\]: ${p}: .* \\(${order}\\): `;
+      expect(out).toMatch(new RegExp(`${head.replace('(send|recv)', 'recv')}\\d+ receives got each message by the rule \\(\\d+ eager-size, \\d+ striped\\)`, 'm'));
+      expect(out).toMatch(new RegExp(`${head.replace('(send|recv)', 'send')}\\d+ sends completed`, 'm'));
+    }
+}
+
+/** teardown: both sides tore down under load 5 times, with every call's code checked, and reconnected. */
+function expectTeardown(out: string, version: number, checkFds: boolean): void {
+  for (const side of ['receiver', 'sender']) {
+    const role = side === 'sender' ? 'send' : 'recv';
+    const other = side === 'sender' ? 'recv' : 'send';
+    expect(out).toMatch(new RegExp(`^ok - v${version} teardown \\[${role}\\]: 5 cycles: torn down by the ${side} with \\d+ load requests in flight`, 'm'));
+    expect(out).toMatch(new RegExp(`^ok - v${version} teardown \\[${other}\\]: 5 cycles: followed the ${side}'s teardown`, 'm'));
+    for (let c = 0; c < 5; c++)
+      expect(out).toMatch(new RegExp(`^ok - v${version} teardown \\[${role}\\]: cycle ${c}: the ${side} tears down with [1-9]\\d* load`, 'm'));
+  }
+  for (const what of ['deregMr with \\d+ \\w+\\(s\\) in flight returns 0', '(closeSend|closeRecv) returns 0', 'test\\(\\) on \\w+ #\\d+ of the closed comm returns an error'])
+    expect(out.match(new RegExp(`^ok - v${version} teardown \\[(send|recv)\\]: cycle \\d: ${what}`, 'gm'))?.length).toBe(20);
+  expect(out.match(new RegExp(`^ok - v${version} teardown \\[recv\\]: cycle \\d: closeListen returns 0`, 'gm'))?.length).toBe(10);
+  expect(out.match(new RegExp(`^ok - v${version} teardown \\[recv\\]: cycle \\d: reconnected; .* validated`, 'gm'))?.length).toBe(10);
+  if (checkFds) expect(out.match(new RegExp(`^ok - v${version} teardown \\[(send|recv)\\]: open descriptors after each cycle: `, 'gm'))?.length).toBe(4);
+}
 
 for (const version of [12, 11, 9])
   describe(`C driver, TCP, --procs 2, v${version}`, () => {
@@ -111,7 +142,7 @@ for (const version of [12, 11, 9])
     for (const scenario of TCP_PROCS2) it(scenario, () => expectScenario(result, scenario, version));
 
     it('every role ran in its own process and reported', () => {
-      for (const scenario of ['transfer', 'inflight', 'grouped', 'marker', 'badinput'])
+      for (const scenario of PAIRS)
         for (const role of ['sender', 'receiver'])
           expect(result.out).toMatch(new RegExp(`^ok - v${version} ${scenario}: the ${role} process reported its results`, 'm'));
     });
@@ -132,6 +163,11 @@ for (const version of [12, 11, 9])
         expect(result.out).toMatch(new RegExp(`^ok - v${version} grouped \\[send\\]: n=${n}: 20 rounds of ${n} sends in shuffled tag order completed`, 'm'));
       expect(result.out).toMatch(new RegExp(`^ok - v${version} grouped \\[recv\\]: n=4 round 19: `, 'm'));
     });
+
+    it('pushback: tags pushed back to later receives, eager and striped, both posting orders', () => expectPushback(result.out, version));
+
+    it('teardown: deregMr and close under load by either side return 0, stale tests fail, reconnects carry data, descriptors stay', () =>
+      expectTeardown(result.out, version, true));
 
     // A send completes when its bytes are handed over (no round trip): the receiver's NACK fails
     // it if it is still pending, else the sender's next operation on the comm (driver.c over_step).
@@ -157,6 +193,20 @@ for (const version of [12, 11, 9])
       expect(result.out).toMatch(new RegExp(`^ok - v${version} stranger: transfer of 1048579 bytes after the strangers`, 'm'));
     });
   });
+
+// teardown again with the protocol threads set: 1, and 4 (each new listener and connection on
+// another thread, every thread's first use in the cycles).
+describe('C driver, TCP, --procs 2, v12, teardown with TSNET_PROTOCOL_THREADS', () => {
+  for (const threads of [1, 4])
+    it(`${threads} protocol thread(s)`, async () => {
+      requireLib();
+      const r = await runDriver(['teardown', '--procs', '2', '--version', '12'], { ...TCP, TSNET_PROTOCOL_THREADS: String(threads) });
+      console.log(`driver teardown --procs 2 --version 12 (tcp, ${threads} protocol threads): ${r.seconds.toFixed(1)} s`);
+      expectClean(r);
+      expect(r.out).toMatch(new RegExp(`^# v12 teardown \\[recv\\]: teardown by the receiver; TSNET_PROTOCOL_THREADS=${threads}$`, 'm'));
+      expectTeardown(r.out, 12, true);
+    }, 120_000);
+});
 
 describe('C driver, TCP, --procs 1, v12', () => {
   let result: Run;

@@ -1,7 +1,8 @@
 // The C driver through the libfabric transport (TSNET_TRANSPORT=ofi) with both providers of
 // Debian's libfabric that give FI_EP_RDM with RMA and remote CQ data: tcp;ofi_rxm and shm. The
 // pair scenarios across two processes (transfer to 64 MiB, 8 and 32 in flight, grouped
-// receives, the 0x1 marker, an oversize send, a killed peer) and the one-process scenarios
+// receives, messages pushed back to later receives by their tags, teardown under load and
+// reconnects, the 0x1 marker, an oversize send, a killed peer) and the one-process scenarios
 // (tables, bad input, lifecycles). TSNET_TIMEOUT_SEC is short so that silence is seen quickly:
 // libfabric tells of a dead peer by silence (docs/rdma-protocol.md). Skipped, saying so, where
 // libfabric is not installed.
@@ -11,7 +12,7 @@ import { runAsync } from '../support/spawn';
 import { LIB, ROOT, buildDriver, requireLib } from './build-driver';
 
 const HAVE_LIBFABRIC = ['/usr/lib/x86_64-linux-gnu/libfabric.so.1', '/usr/lib64/libfabric.so.1', '/usr/lib/libfabric.so.1'].some(existsSync);
-const PAIR = ['transfer', 'inflight', 'grouped', 'marker', 'badinput', 'killpeer'];
+const PAIR = ['transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'killpeer'];
 const ONE = ['tables', 'transfer', 'inflight', 'grouped', 'marker', 'badinput', 'lifecycle'];
 
 interface Run {
@@ -58,6 +59,17 @@ for (const provider of ['tcp', 'shm'])
       expect(pair.out).toMatch(new RegExp(`^ok - v12 transfer \\[recv\\]: recv of ${64 << 20} bytes: data equal`, 'm'));
       expect(pair.out).toMatch(/^ok - v12 killpeer \[recv\]: after the sender's SIGKILL test\(\) returned an error/m);
       expect(pair.out).toMatch(/^ok - v12 killpeer \[send\]: after the receiver's SIGKILL test\(\) returned an error/m);
+    });
+
+    it('--procs 2: pushback matches by the rule in both posting orders; teardown by either side returns 0 and reconnects 5 times', () => {
+      for (const order of ['receiver first', 'sender first'])
+        for (const p of ['a', 'b2', 'b3', 'c'])
+          expect(pair.out).toMatch(new RegExp(`^ok - v12 pushback \\[recv\\]: ${p}: .* \\(${order}\\): \\d+ receives got each message by the rule`, 'm'));
+      for (const side of ['receiver', 'sender']) {
+        expect(pair.out).toMatch(new RegExp(`^ok - v12 teardown \\[(send|recv)\\]: 5 cycles: torn down by the ${side} with [1-9]\\d* load requests in flight`, 'm'));
+        expect(pair.out).toMatch(new RegExp(`^ok - v12 teardown \\[(send|recv)\\]: 5 cycles: followed the ${side}'s teardown`, 'm'));
+      }
+      expect(pair.out.match(/^ok - v12 teardown \[(send|recv)\]: open descriptors after each cycle: /gm)?.length).toBe(4);
     });
 
     it.runIf(provider === 'shm')('--procs 2: after the last finalize no shm region of the process is left in /dev/shm', () => {
