@@ -97,6 +97,9 @@ export class Plugin {
       log.warn(`${op}: ${message}`);
       return { result: code };
     } finally {
+      // What it queued for the I/O threads (libfabric's CONNECT, a close's last frames) goes
+      // now: no turn may follow soon, and the watchdog's tick flushes only every 50-1000 ms.
+      this.transport?.flush();
       // Requests it ended (deregMr, close, finalize) reach the trace now: no turn may follow.
       this.tracer?.flush();
     }

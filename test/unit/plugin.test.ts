@@ -341,6 +341,32 @@ describe('Plugin handshake', () => {
     expect(ids.has(0)).toBe(false);
   });
 
+  // libfabric's connect queues its CONNECT message for the I/O thread; published only by the
+  // watchdog's next tick (every 50-1000 ms), each connect took that long (driver: teardown).
+  it('a control call publishes what the transport queued during it, even when it fails', () => {
+    const t = setup();
+    const ctx = t.init();
+    const tr = t.host.transports[0];
+    const events: string[] = [];
+    const connect = tr.connect.bind(tr);
+    tr.connect = (dev, handle) => {
+      events.push('queued');
+      return connect(dev, handle);
+    };
+    const flush = tr.flush.bind(tr);
+    tr.flush = () => {
+      events.push('flush');
+      flush();
+    };
+    const l = t.call('listen', { ctx, dev: 0 });
+    events.length = 0;
+    expect(t.call('connect', { ctx, dev: 0, handle: l.handle })).toEqual({ comm: expect.any(Number) });
+    expect(events).toEqual(['queued', 'flush']);
+    events.length = 0;
+    expect(t.call('closeListen', { listen: 12345 }).result).toBe(ResultCode.INVALID_ARGUMENT);
+    expect(events).toEqual(['flush']);
+  });
+
   it('rejects bad handles, closed listeners and unknown comms with INVALID_ARGUMENT', () => {
     const t = setup();
     const ctx = t.init();
