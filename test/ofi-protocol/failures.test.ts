@@ -209,6 +209,58 @@ describe('close with requests in flight', () => {
     expect(w.a.ep.stats.staleOps).toBeGreaterThanOrEqual(1);
   });
 
+  it('a CONNECT whose send fails is sent again: one receive comm, and it carries data', () => {
+    const w = new World({ timeoutMs: 1000 });
+    const l = w.b.ep.listen();
+    w.a.host.rails[0].failNext({ type: 'send', status: -125, error: 'fake provider: connection dropped' });
+    const c = w.a.ep.connect(l.handle);
+    let send: ReturnType<typeof c.poll>;
+    let recv: ReturnType<typeof l.accept>;
+    for (let step = 0; step < 20 && !(send && recv); step++) {
+      w.settle();
+      w.now += 25; // past the retry delay
+      send ??= c.poll(w.a.complete);
+      recv ??= l.accept(w.b.complete);
+    }
+    expect(send && recv).toBeTruthy();
+    w.settle();
+    expect(l.accept(w.b.complete)).toBeUndefined(); // no second comm for the same connector
+    const src = w.a.region(4096);
+    src.bytes!.set(pattern(3, 4096));
+    const dst = w.b.region(4096);
+    recv!.irecv(1, [buf(dst, 0, 4096, 0)]);
+    send!.isend(1, buf(src, 0, 4096, 0));
+    w.run(() => w.a.has(1) && w.b.has(1));
+    expect(w.b.take(1)).toEqual({ code: 0, sizes: [4096] });
+    expect(dst.bytes!.subarray(0, 4096)).toEqual(pattern(3, 4096));
+    expect(warns).toEqual([]);
+  });
+
+  it('an ACCEPT whose send fails: the connector asks again and the same receive comm answers', () => {
+    const w = new World({ timeoutMs: 2000 });
+    const l = w.b.ep.listen();
+    w.b.host.rails[0].failNext({ type: 'send', status: -125, error: 'fake provider: connection dropped' });
+    const c = w.a.ep.connect(l.handle);
+    w.settle();
+    expect(c.poll(w.a.complete)).toBeUndefined();
+    const recv = l.accept(w.b.complete); // made for the first CONNECT, its ACCEPT lost
+    expect(recv).toBeDefined();
+    w.now += 501; // no answer: CONNECT again
+    expect(c.poll(w.a.complete)).toBeUndefined();
+    w.settle();
+    const send = c.poll(w.a.complete);
+    expect(send).toBeDefined();
+    expect(l.accept(w.b.complete)).toBeUndefined();
+    const src = w.a.region(100);
+    src.bytes!.set(pattern(4, 100));
+    const dst = w.b.region(100);
+    recv!.irecv(1, [buf(dst, 0, 100, 0)]);
+    send!.isend(1, buf(src, 0, 100, 0));
+    w.run(() => w.a.has(1) && w.b.has(1));
+    expect(w.b.take(1)).toEqual({ code: 0, sizes: [100] });
+    expect(warns).toEqual([]);
+  });
+
   it('closing a listener refuses later connects; a stale handle is refused; both time out', () => {
     const w = new World({ timeoutMs: 1000 });
     const l = w.b.ep.listen();

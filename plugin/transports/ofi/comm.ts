@@ -83,7 +83,7 @@ export abstract class OfiComm {
   }
 
   /** An operation of this comm failed: the comm fails (provider words in the WARN). */
-  onOpError(kind: OpKind, rail: number, c: Completion): void {
+  onOpError(kind: OpKind, rail: number, c: Completion, _a = 0): void {
     this.fail(completionError(this.name, OP_NAMES[kind] ?? `operation ${kind}`, rail, c));
   }
 

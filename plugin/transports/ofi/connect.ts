@@ -12,10 +12,16 @@ import { OfiRecvComm } from './recv-comm';
 import { OfiSendComm } from './send-comm';
 import { decodeConnect, decodeHandle, encodeHandle } from './wire';
 
+/** A failed CONNECT is sent again after RETRY_MS; one with no answer after RESEND_MS. */
+const RETRY_MS = 20;
+const RESEND_MS = 500;
+
 export class OfiListener {
   readonly handle: Uint8Array;
   private readonly nonce: number;
   private readonly ready: OfiRecvComm[] = [];
+  /** Comms made for CONNECTs, by connector (endpoint name, comm id, nonce): a repeated CONNECT gets the same comm's ACCEPT again. */
+  private readonly made = new Map<string, OfiRecvComm>();
   private closed = false;
 
   constructor(
@@ -36,6 +42,7 @@ export class OfiListener {
 
   close(): void {
     this.closed = true;
+    this.made.clear();
     this.ep.removeListener(this);
     for (const c of this.ready.splice(0)) c.close();
   }
@@ -46,6 +53,13 @@ export class OfiListener {
     const c = decodeConnect(bytes);
     if (typeof c === 'string') return log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${c}`);
     if (c.listenerNonce !== this.nonce) return log.warn(`${this.ep.name} listener ${this.id}: refused a connection with a stale handle (wrong nonce)`);
+    const key = `${Buffer.from(c.names[0]).toString('hex')}/${c.comm}/${c.connectorNonce}`;
+    const known = this.made.get(key);
+    if (known) {
+      // The connector sent CONNECT again: its first ACCEPT (or CONNECT) was lost, or is late.
+      if (!known.closed && !known.failed) known.sendAccept(c.connectorNonce);
+      return;
+    }
     let comm: OfiRecvComm;
     try {
       comm = new OfiRecvComm(this.ep, c);
@@ -54,6 +68,7 @@ export class OfiListener {
     }
     comm.sendAccept(c.connectorNonce);
     log.info(`${comm.name}: accepted send comm ${c.comm}, ${comm.rails} rail(s)`);
+    this.made.set(key, comm);
     this.ready.push(comm);
   }
 }
@@ -91,11 +106,13 @@ export class OfiConnector {
       c.complete = complete;
       return c;
     }
-    const waited = this.ep.clock() - this.started;
-    if (waited > this.ep.timeoutMs) {
+    const now = this.ep.clock();
+    if (now - this.started > this.ep.timeoutMs) {
       this.close();
       throw systemError(`${c.name}: connect: no answer from the listener within ${this.ep.timeoutMs} ms`);
     }
+    // No ACCEPT yet: CONNECT again when its send failed, or every RESEND_MS in case it was lost.
+    if ((c.connectLost && now - c.connectSentAt >= RETRY_MS) || now - c.connectSentAt >= RESEND_MS) c.resendConnect();
     return undefined;
   }
 

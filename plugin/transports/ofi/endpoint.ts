@@ -331,7 +331,7 @@ export class OfiEndpoint {
     }
     if (c.status !== 0) {
       if (kind === OpKind.EAGER_COPY) this.pool.release(cc);
-      comm.onOpError(kind, r, c);
+      comm.onOpError(kind, r, c, a);
       return;
     }
     comm.onOpDone(kind, a, b, cc, r);

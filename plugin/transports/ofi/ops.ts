@@ -17,9 +17,12 @@ export const enum OpKind {
   FLUSH_WRITE = 5,
   /** The read of a flush: a = flush record. */
   FLUSH_READ = 6,
-  /** CONNECT, ACCEPT or HEARTBEAT: nothing to do but notice errors. */
+  /** CONNECT, ACCEPT or HEARTBEAT: nothing to do but notice errors; a = SETUP_MESSAGE for CONNECT and ACCEPT. */
   MESSAGE = 7,
 }
+
+/** MESSAGE ops' a for CONNECT and ACCEPT: their loss is repaired by sending CONNECT again. */
+export const SETUP_MESSAGE = 1;
 
 export class OpTable {
   kind = new Uint8Array(1024);

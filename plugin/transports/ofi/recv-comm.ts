@@ -14,9 +14,10 @@ import { log } from '../../log';
 import { OfiComm } from './comm';
 import { MAX_RAILS } from './config';
 import type { OfiEndpoint, OwnedRegion } from './endpoint';
-import type { RecvComm, Region, ReqBuf } from './fabric';
+import type { Completion, RecvComm, Region, ReqBuf } from './fabric';
 import { FLUSH_HOST_SCRATCH_AT, FLUSH_READ_AT, FLUSH_SRC_AT } from './line';
-import { OpKind } from './ops';
+import { OpKind, SETUP_MESSAGE } from './ops';
+import { statusName } from './status';
 import { EAGER_HEADER_BYTES } from './policy/eager';
 import { FLUSH_LINE, FlushAction, flushAction, flushBytes } from './policy/flush';
 import { CtrlRails } from './policy/rails';
@@ -140,10 +141,19 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       { connectorNonce, comm: this.id, rails: this.ep.railCount, eagerCapacity: this.ep.eagerCapacity, names: this.ep.rails.map((r) => r.name) },
       out,
     );
-    const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, this.nic[0], 0, 0, 0);
+    const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, this.nic[0], SETUP_MESSAGE, 0, 0);
     this.wroteAt = this.ep.now;
     this.ep.rails[this.nic[0]].send(this.peer[0], this.mem.base + ACCEPT_AT, len, this.mem.regs[this.nic[0]].desc, immMsg(MsgKind.ACCEPT, this.peerComm), token);
   }
+  /** A lost ACCEPT is not fatal: the connector sends CONNECT again and the listener answers again. */
+  override onOpError(kind: OpKind, rail: number, c: Completion, a = 0): void {
+    if (kind === OpKind.MESSAGE && a === SETUP_MESSAGE) {
+      log.info(`${this.name}: the accept message failed (${c.error || statusName(c.status)}); the connector will ask again`);
+      return;
+    }
+    super.onOpError(kind, rail, c, a);
+  }
+
 
   get pending(): number {
     return this.live + this.flushes;

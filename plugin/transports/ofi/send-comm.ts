@@ -13,9 +13,10 @@ import { type NetError, internalError, invalidUsage, systemError } from '../../e
 import { log } from '../../log';
 import { OfiComm } from './comm';
 import type { OfiEndpoint, OwnedRegion } from './endpoint';
-import type { Region, ReqBuf, SendComm } from './fabric';
+import type { Completion, Region, ReqBuf, SendComm } from './fabric';
 import { SharedSendMatcher, type MatchSink } from './matcher';
-import { OpKind } from './ops';
+import { OpKind, SETUP_MESSAGE } from './ops';
+import { statusName } from './status';
 import { EAGER_HEADER_BYTES, eagerLimit, mayGoEager } from './policy/eager';
 import { Schedule, StripeScheduler } from './policy/stripes';
 import {
@@ -108,7 +109,17 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.connectorNonce = ep.random() >>> 0;
   }
 
-  /** Sends CONNECT to the listener named by a handle, from NIC 0. */
+  /** When CONNECT was last sent (ep.clock()), and whether its send failed since. */
+  connectSentAt = 0;
+  connectLost = false;
+  private connectTo: { peer: number; listener: number; len: number } | undefined;
+
+  /**
+   * Sends CONNECT to the listener named by a handle, from NIC 0. Again with the same bytes
+   * while no ACCEPT came (resendConnect): a provider may drop its connection to the peer
+   * under a send (libfabric's tcp after the peer deregistered memory under its writes), and
+   * the listener answers a repeated CONNECT with the same receive comm.
+   */
   sendConnect(listener: number, listenerNonce: number, name: Uint8Array): void {
     const out = this.mem.bytes!.subarray(CONNECT_AT, CONNECT_AT + 512);
     const len = encodeConnect(
@@ -124,9 +135,25 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       },
       out,
     );
-    const peer = this.ep.peerId(0, name);
-    const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, 0, 0, 0, 0);
-    this.ep.rails[0].send(peer, this.mem.base + CONNECT_AT, len, this.mem.regs[0].desc, immMsg(MsgKind.CONNECT, listener), token);
+    this.connectTo = { peer: this.ep.peerId(0, name), listener, len };
+    this.resendConnect();
+  }
+
+  resendConnect(): void {
+    const to = this.connectTo!;
+    this.connectLost = false;
+    this.connectSentAt = this.ep.clock();
+    const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, 0, SETUP_MESSAGE, 0, 0);
+    this.ep.rails[0].send(to.peer, this.mem.base + CONNECT_AT, to.len, this.mem.regs[0].desc, immMsg(MsgKind.CONNECT, to.listener), token);
+  }
+
+  override onOpError(kind: OpKind, rail: number, c: Completion, a = 0): void {
+    if (kind === OpKind.MESSAGE && a === SETUP_MESSAGE && !this.connected) {
+      log.info(`${this.name}: the connect message failed (${c.error || statusName(c.status)}); sending it again`);
+      this.connectLost = true;
+      return;
+    }
+    super.onOpError(kind, rail, c, a);
   }
 
   /** The listener's answer: the receiver's comm id, rails and eager capacity. */
