@@ -370,6 +370,15 @@ bool asSize(double d, size_t* out) {
   return true;
 }
 
+// A fresh op for submission s: whose it is and its flags.
+Op* opFor(IoThread* t, const tsn_sub_t* s) {
+  Op* op = allocOp(t);
+  op->link = s->link;
+  op->op = s->op;
+  op->flags = static_cast<uint16_t>(s->flags);
+  return op;
+}
+
 void takeSub(IoThread* t, int port, const tsn_sub_t* s) {
   Lane* l = laneById(s->lane);
   bool cqe = !(s->flags & TSN_SUB_F_NOCQE);
@@ -395,10 +404,7 @@ void takeSub(IoThread* t, int port, const tsn_sub_t* s) {
       if (cqe) emit(t, port, s->link, s->op, -EINVAL, 0);
       return;
     }
-    Op* op = allocOp(t);
-    op->link = s->link;
-    op->op = s->op;
-    op->flags = static_cast<uint16_t>(s->flags);
+    Op* op = opFor(t, s);
     op->kind = s->kind;
     op->peer = s->aux;
     uint32_t hi;
@@ -434,10 +440,7 @@ void takeSub(IoThread* t, int port, const tsn_sub_t* s) {
     if (cqe) emit(t, port, s->link, s->op, -EINVAL, 0);
     return;
   }
-  Op* op = allocOp(t);
-  op->link = s->link;
-  op->op = s->op;
-  op->flags = static_cast<uint16_t>(s->flags);
+  Op* op = opFor(t, s);
   op->discard = s->kind == TSN_SUB_DISCARD;
   op->ext = len > 0 && !op->discard;
   op->niov = 0;
