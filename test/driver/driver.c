@@ -1729,6 +1729,22 @@ static void __attribute__((noreturn)) role_process(int version, const PairScenar
   _exit(g_fail ? 1 : 0);
 }
 
+// libfabric's shm regions of a process this driver reaped: one that was killed (killpeer, a
+// timeout) cannot remove its own, and a later process given the same pid would fail to
+// enable its endpoint. A role that ends normally has none left (check_no_shm_regions).
+static void forget_shm(pid_t pid) {
+  char prefix[32], path[300];
+  int n = snprintf(prefix, sizeof prefix, "%d:", (int)pid);
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  for (struct dirent* e; (e = readdir(d));)
+    if (!strncmp(e->d_name, prefix, (size_t)n)) {
+      snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+      unlink(path);
+    }
+  closedir(d);
+}
+
 // Waits (at most until `end`) for a role process and folds its results in.
 static void reap_role(pid_t pid, int resfd, const char* what, double end) {
   int status = 0;
@@ -1739,6 +1755,7 @@ static void reap_role(pid_t pid, int resfd, const char* what, double end) {
     waitpid(pid, &status, 0);
     check(0, "the %s process (pid %d) did not exit in time: killed", what, (int)pid);
   }
+  forget_shm(pid);
   int counts[2] = {0, 0};
   ssize_t got = read(resfd, counts, sizeof counts);
   close(resfd);
@@ -2449,12 +2466,14 @@ static void kp_run(int version, int victim_sender) {
   if (!check(running, "the receiver reported %d messages of 64 MiB received (the stream runs)", KP_RUNNING)) {
     kill(rpid, SIGKILL), kill(spid, SIGKILL);
     waitpid(rpid, NULL, 0), waitpid(spid, NULL, 0);
+    forget_shm(rpid), forget_shm(spid);
   } else {
     ssize_t w = write(dn[1], "K", 1);  // first the word, then the kill: the survivor's clock starts now
     (void)w;
     kill(victim, SIGKILL);
     int status = 0;
     waitpid(victim, &status, 0);
+    forget_shm(victim);
     check(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "the %s was killed with SIGKILL mid-stream (%s %d)", vname,
           WIFSIGNALED(status) ? "signal" : "exit status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     reap_role(survivor, sres_fd, sname, now_s() + KP_BUDGET + 2 * g_timeout);

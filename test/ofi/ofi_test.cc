@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
@@ -28,6 +29,19 @@
 
 #include "ofi/cuda.h"
 #include "ofi/ofi.h"
+
+// libfabric's shm names each endpoint's region after its process ("/dev/shm/<pid>:..."). A
+// child that was killed or ended with _exit leaves its region behind, and a later process
+// given the same pid cannot enable an endpoint: the parent removes a reaped child's regions.
+static void forgetShm(pid_t pid) {
+  char prefix[32];
+  int n = snprintf(prefix, sizeof prefix, "%d:", static_cast<int>(pid));
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = readdir(d))
+    if (!strncmp(e->d_name, prefix, static_cast<size_t>(n))) unlinkat(dirfd(d), e->d_name, 0);
+  closedir(d);
+}
 
 using namespace tsn;
 
@@ -496,11 +510,13 @@ bool testTruncation(const Env& env) {
     if (now() > end) {
       kill(pid, SIGKILL);
       waitpid(pid, &st, 0);
+      forgetShm(pid);
       fact("truncation: the receiver never returned from libfabric (killed after 10 s)");
       return true;
     }
     usleep(10000);
   }
+  forgetShm(pid);
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? true : fail("truncation child failed");
 }
 
@@ -1082,6 +1098,7 @@ int runFork(bool isA, Chan& ch, pid_t child) {
   if (isA) {
     int st = 0;
     waitpid(child, &st, 0);
+    forgetShm(child);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("the other process exited with status %d", st);
   }
   return 0;
@@ -1192,6 +1209,7 @@ int scenarioDeath() {
   if (!error.empty()) return fail("before the kill: %s", error.c_str()), 1;
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
+  forgetShm(pid);
   double tk = now();
   signal(SIGALRM, onWatchdog);
   alarm(20);
@@ -1339,6 +1357,7 @@ int scenarioGpuFork() {
   if (!ready || !s.ep || other.empty()) {
     if (!isA) _exit(gFailures ? 1 : 0);
     waitpid(pid, nullptr, 0);
+    forgetShm(pid);
     return 0;
   }
   uint64_t peer = insert(s.ep.get(), other);
@@ -1413,6 +1432,7 @@ int scenarioGpuFork() {
   }
   int st = 0;
   waitpid(pid, &st, 0);
+  forgetShm(pid);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) fail("the other process exited with status %d", st);
   return 0;
 }
