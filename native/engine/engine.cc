@@ -244,6 +244,9 @@ bool move(IoThread* t, Lane* l, int dir) {
 
 // Fills a control lane's receive ring (lock held). Returns true when the budget ran out.
 bool fillRx(IoThread* t, Lane* l) {
+  // Stalled: nothing is read (and no new stall counted) until RX_RESUME, however often the
+  // socket becomes readable meanwhile.
+  if (l->rxStalled) return false;
   tsn_rx_hdr_t* h = l->rxHdr;
   uint32_t w = h->written;
   uint32_t got = 0;
@@ -259,7 +262,10 @@ bool fillRx(IoThread* t, Lane* l) {
       // every one once. Dekker with it: it stores consumed, then loads stalled; we store
       // stalled, then load consumed (room found now: read on; its RX_RESUME is harmless).
       storeSeqCst(&h->stalled, h->stalled + 1);
-      if (l->rxCap - (w - loadSeqCst(&h->consumed)) == 0) break;
+      if (l->rxCap - (w - loadSeqCst(&h->consumed)) == 0) {
+        l->rxStalled = true;
+        break;
+      }
       continue;
     }
     uint32_t pos = w & (l->rxCap - 1);
@@ -392,6 +398,7 @@ void takeSub(IoThread* t, int port, const tsn_sub_t* s) {
       return;
     }
     std::lock_guard<std::mutex> g(l->mu);
+    l->rxStalled = false;
     if (!l->closed) listLane(t, l);
     return;
   }

@@ -73,6 +73,7 @@ struct Lane {
   uint8_t* rx = nullptr;  // control lanes: the receive ring, owned by its JavaScript ArrayBuffer
   tsn_rx_hdr_t* rxHdr = nullptr;
   uint32_t rxCap = 0;
+  bool rxStalled = false;  // the ring was full: no read until RX_RESUME (I/O thread only)
   // I/O thread only:
   bool listed = false;  // in the thread's run list
   bool hup = false;     // epoll reported the peer's end or an error: read until EAGAIN or 0
