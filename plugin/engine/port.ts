@@ -72,8 +72,11 @@ class SubRing {
     return room;
   }
 
-  put(lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
-    ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
+  /**
+   * Starts the record at the tail: whose it is, its kind and buffer. Returns its byte offset;
+   * the caller fills the rest, then calls advance().
+   */
+  private begin(lane: number, link: number, op: number, kind: SubKind, inlineLen: number, addr: number, len: number): number {
     const b = RING.bytes + (this.tail & this.mask) * SUB.bytes;
     const w = b >> 2;
     const d = b >> 3;
@@ -82,35 +85,39 @@ class SubRing {
     u32[w + 1] = link;
     u32[w + 2] = op;
     this.u16[(b + SUB.kind) >> 1] = kind;
-    this.u16[(b + SUB.inlineLen) >> 1] = ftype ? 24 : 0;
+    this.u16[(b + SUB.inlineLen) >> 1] = inlineLen;
     this.f64[d + 2] = addr;
     this.f64[d + 3] = len;
-    u32[w + (SUB.flags >> 2)] = flags;
-    if (ftype) {
-      // The frame header (plugin/protocol/frames.ts): u8 type, u8 flags, u16 0, i32 tag, f64 seq, f64 size.
-      u32[w + 16] = ftype | (fflags << 8);
-      this.i32[w + 17] = ftag;
-      this.f64[d + 9] = fseq;
-      this.f64[d + 10] = fsize;
-    }
+    return b;
+  }
+
+  private advance(): void {
     this.tail = (this.tail + 1) >>> 0;
     this.dirty = true;
   }
 
-  putOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
-    raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
-    const b = RING.bytes + (this.tail & this.mask) * SUB.bytes;
+  put(lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
+    ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
+    const b = this.begin(lane, link, op, kind, ftype ? 24 : 0, addr, len);
     const w = b >> 2;
     const d = b >> 3;
+    this.u32[w + (SUB.flags >> 2)] = flags;
+    if (ftype) {
+      // The frame header (plugin/protocol/frames.ts): u8 type, u8 flags, u16 0, i32 tag, f64 seq, f64 size.
+      this.u32[w + 16] = ftype | (fflags << 8);
+      this.i32[w + 17] = ftag;
+      this.f64[d + 9] = fseq;
+      this.f64[d + 10] = fsize;
+    }
+    this.advance();
+  }
+
+  putOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
+    raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
+    const b = this.begin(lane, link, op, kind, 0, addr, len);
+    const w = b >> 2;
     const u32 = this.u32;
-    u32[w] = lane;
-    u32[w + 1] = link;
-    u32[w + 2] = op;
-    this.u16[(b + SUB.kind) >> 1] = kind;
-    this.u16[(b + SUB.inlineLen) >> 1] = 0;
-    this.f64[d + 2] = addr;
-    this.f64[d + 3] = len;
-    this.f64[d + 4] = raddr;
+    this.f64[(b >> 3) + 4] = raddr;
     u32[w + (SUB.rkeyLo >> 2)] = keyLo;
     u32[w + (SUB.rkeyHi >> 2)] = keyHi;
     u32[w + (SUB.imm >> 2)] = imm < 0 ? 0 : imm;
@@ -118,8 +125,7 @@ class SubRing {
     u32[w + (SUB.aux >> 2)] = peer;
     u32[w + (SUB.mr >> 2)] = mr;
     u32[w + (SUB.inl >> 2)] = imm < 0 ? 0 : immHi;
-    this.tail = (this.tail + 1) >>> 0;
-    this.dirty = true;
+    this.advance();
   }
 }
 
