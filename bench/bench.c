@@ -112,27 +112,12 @@ static double now_s(void) {
 // finalize, a process killed by a signal) would leave 16 MiB behind per region, and a later
 // process with the same pid would fail fi_enable with EBUSY. Removes pid's regions, saying so
 // on stderr (the benchmark counts these lines); returns how many.
-static int shm_sweep(pid_t pid, const char* who) {
-  DIR* d = opendir("/dev/shm");
-  if (!d) return 0;
-  char prefix[32];
-  snprintf(prefix, sizeof prefix, "%d:", (int)pid);
-  size_t plen = strlen(prefix);
-  int n = 0;
-  struct dirent* e;
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, prefix, plen) != 0) continue;
-    char path[300];
-    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-    if (unlink(path) == 0) {
-      fprintf(stderr, "tsnet-bench %s [%s]: libfabric's shm region %s was left behind; removed it\n",
-              k_mode_names[g_o.mode], who, path);
-      n++;
-    }
-  }
-  closedir(d);
-  return n;
+static void said_removed(const char* path, void* who) {
+  fprintf(stderr, "tsnet-bench %s [%s]: libfabric's shm region %s was left behind; removed it\n", k_mode_names[g_o.mode],
+          (const char*)who, path);
 }
+
+static int shm_sweep(pid_t pid, const char* who) { return shim_shm_regions((int)pid, 1, said_removed, (void*)who); }
 
 // CPU nanoseconds used so far by this process's threads whose name starts with prefix.
 static uint64_t threads_cpu_ns(const char* prefix) {

@@ -1649,23 +1649,18 @@ static int is_ofi(void) {
 // ("<pid>:<n>:<n>" in /dev/shm). After the last finalize none of this process's may be left:
 // a process that ends with _exit (as these roles do) would leak it, and a later process given
 // the same pid could not enable its endpoint.
+static void first_region(const char* path, void* arg) {
+  char* first = arg;
+  if (!first[0]) snprintf(first, 256, "%s", path + strlen("/dev/shm/"));
+}
+
 static void check_no_shm_regions(void) {
   const char* p = getenv("FI_PROVIDER");
   if (!is_ofi() || !p || strcmp(p, "shm")) return;
-  char prefix[32];
-  int n = snprintf(prefix, sizeof prefix, "%d:", (int)getpid());
-  DIR* d = opendir("/dev/shm");
-  if (!d) return;
-  const char* left = NULL;
-  static char name[256];
-  for (struct dirent* e; (e = readdir(d));)
-    if (!strncmp(e->d_name, prefix, (size_t)n)) {
-      snprintf(name, sizeof name, "%s", e->d_name);
-      left = name;
-    }
-  closedir(d);
-  check(!left, "after finalize no libfabric shm region of this process is left in /dev/shm%s%s", left ? ": " : "",
-        left ? left : "");
+  char left[256] = "";
+  shim_shm_regions((int)getpid(), 0, first_region, left);
+  check(!left[0], "after finalize no libfabric shm region of this process is left in /dev/shm%s%s", left[0] ? ": " : "",
+        left);
 }
 
 // One role in this process: it loads the library itself.
@@ -1732,18 +1727,7 @@ static void __attribute__((noreturn)) role_process(int version, const PairScenar
 // libfabric's shm regions of a process this driver reaped: one that was killed (killpeer, a
 // timeout) cannot remove its own, and a later process given the same pid would fail to
 // enable its endpoint. A role that ends normally has none left (check_no_shm_regions).
-static void forget_shm(pid_t pid) {
-  char prefix[32], path[300];
-  int n = snprintf(prefix, sizeof prefix, "%d:", (int)pid);
-  DIR* d = opendir("/dev/shm");
-  if (!d) return;
-  for (struct dirent* e; (e = readdir(d));)
-    if (!strncmp(e->d_name, prefix, (size_t)n)) {
-      snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
-      unlink(path);
-    }
-  closedir(d);
-}
+static void forget_shm(pid_t pid) { shim_shm_regions((int)pid, 1, NULL, NULL); }
 
 // Waits (at most until `end`) for a role process and folds its results in.
 static void reap_role(pid_t pid, int resfd, const char* what, double end) {

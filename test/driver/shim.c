@@ -5,10 +5,12 @@
 #define _GNU_SOURCE
 #include "shim.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define T(v) ((const tsn_net_v##v##_t*)n->table)
 
@@ -353,4 +355,21 @@ tsn_result_t shim_finalize(const Net* n, void* ctx) {
     case 12: return T(12)->finalize(ctx);
   }
   return TSN_SUCCESS;
+}
+
+int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* arg), void* arg) {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  char prefix[32], path[300];
+  int plen = snprintf(prefix, sizeof prefix, "%d:", pid);
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));) {
+    if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    if (remove && unlink(path) != 0) continue;
+    n++;
+    if (each) each(path, arg);
+  }
+  closedir(d);
+  return n;
 }

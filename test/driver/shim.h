@@ -79,3 +79,10 @@ tsn_result_t shim_close_recv(const Net* n, void* recvComm);
 tsn_result_t shim_close_listen(const Net* n, void* listenComm);
 // v11+ only; returns 0 below.
 tsn_result_t shim_finalize(const Net* n, void* ctx);
+
+// libfabric's shm provider keeps a 16 MiB region per endpoint in /dev/shm named after the
+// process ("<pid>:..."); a process that ends without closing its endpoints (killed, _exit
+// before finalize) leaves them behind, and a later process with the same pid cannot enable
+// an endpoint. Calls each (if not NULL) with the path of every region of pid, after removing
+// it when remove is set; returns how many there were.
+int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* arg), void* arg);
