@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -583,6 +584,7 @@ typedef struct XferState {
   size_t cap;
   void* mh;
   long nulls;
+  int staged;  // the sender's data are put in place by the scenario (GPU memory), not by fill()
 } XferState;
 
 static void xfer_sizes(int param, const size_t** sizes, int* count) {
@@ -613,7 +615,7 @@ static int xfer_send_step(Role* r) {
   if (x->i == x->count) return 1;
   size_t size = x->sizes[x->i];
   if (!x->req) {
-    if (!x->posted) fill(x->buf, size, seed_of(size, x->i, 0));
+    if (!x->posted && !x->staged) fill(x->buf, size, seed_of(size, x->i, 0));
     x->posted = 1;
     tsn_result_t rc = shim_isend(r->net, r->comm, x->buf, size, TRANSFER_TAG, x->mh, &x->req);
     if (!check(rc == TSN_SUCCESS || !x->req, "isend %zu bytes (rc %d)", size, rc) || rc) return -1;
@@ -670,6 +672,165 @@ static int xfer_recv_step(Role* r) {
 static const PairScenario TRANSFER = {"transfer", {xfer_setup, xfer_send_step}, {xfer_setup, xfer_recv_step}};
 static const PairScenario MARKER = {"marker", {xfer_setup, xfer_send_step}, {xfer_setup, xfer_recv_step}};
 static const PairScenario BULK = {"bulk", {xfer_setup, xfer_send_step}, {xfer_setup, xfer_recv_step}};
+
+// ---------------------------------------------------------------- gpu
+// Both roles' buffers in CUDA device memory, registered as NCCL_PTR_CUDA (NCCL's GPUDirect
+// path: no host staging), with iflush after every non-empty receive as NCCL calls it. Data are
+// written through host copies and checked after copying back, guard bytes after the message
+// included. Skipped (with a note) when the device's ptrSupport has no CUDA: TCP, or libfabric
+// without FI_HMEM. A device that claims CUDA on a host without a usable GPU fails.
+
+typedef int CUres;
+typedef unsigned long long CUptr;
+typedef struct Cuda {
+  CUres (*init)(unsigned);
+  CUres (*primaryCtxRetain)(void**, int);
+  CUres (*ctxSetCurrent)(void*);
+  CUres (*memAlloc)(CUptr*, size_t);
+  CUres (*memFree)(CUptr);
+  CUres (*htod)(CUptr, const void*, size_t);
+  CUres (*dtoh)(void*, CUptr, size_t);
+} Cuda;
+
+// The CUDA driver, opened at run time with GPU 0's primary context current; 0, or -1 with why.
+static int cuda_open(Cuda* c, char* why, size_t len) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return snprintf(why, len, "no CUDA driver (%s)", dlerror()), -1;
+  struct {
+    void** fn;
+    const char* name;
+  } syms[] = {{(void**)&c->init, "cuInit"},
+              {(void**)&c->primaryCtxRetain, "cuDevicePrimaryCtxRetain"},
+              {(void**)&c->ctxSetCurrent, "cuCtxSetCurrent"},
+              {(void**)&c->memAlloc, "cuMemAlloc_v2"},
+              {(void**)&c->memFree, "cuMemFree_v2"},
+              {(void**)&c->htod, "cuMemcpyHtoD_v2"},
+              {(void**)&c->dtoh, "cuMemcpyDtoH_v2"}};
+  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
+    if (!(*syms[i].fn = dlsym(h, syms[i].name))) return snprintf(why, len, "the CUDA driver lacks %s", syms[i].name), -1;
+  void* ctx = NULL;
+  CUres rc = c->init(0);
+  if (rc == 0) rc = c->primaryCtxRetain(&ctx, 0);
+  if (rc == 0) rc = c->ctxSetCurrent(ctx);
+  if (rc) return snprintf(why, len, "CUDA init or GPU 0's context failed (CUresult %d)", rc), -1;
+  return 0;
+}
+
+typedef struct GpuState {
+  XferState x;  // first: xfer_send_step reads r->st as an XferState; x.buf is the GPU buffer (freed with the role's process)
+  Cuda cu;
+  int skip;
+  uint8_t* host;  // staging for fills and checks, cap bytes
+  void* freq;     // the iflush request in flight
+  int got;        // the completed receive's size, while its flush runs
+} GpuState;
+
+static const size_t k_gpu_sizes[] = {0,     1,       8,          4095, 8192, 8193, 65536, 65537, (1 << 20) + 3, 4 << 20,
+                                     (16 << 20) + 5, 64 << 20};
+
+static int gpu_setup(Role* r) {
+  GpuState* g = calloc(1, sizeof *g);
+  r->st = g;
+  XferState* x = &g->x;
+  x->sizes = k_gpu_sizes, x->count = COUNT_OF(k_gpu_sizes);
+  x->staged = 1;
+  uint8_t raw[256];
+  tsn_props_t props;
+  tsn_result_t rc = shim_get_properties_raw(r->net, r->dev, raw);
+  if (!check(rc == TSN_SUCCESS, "getProperties(%d) (rc %d)", r->dev, rc)) return -1;
+  shim_props_to_neutral(r->net->version, raw, &props);
+  if (!(props.ptrSupport & TSN_PTR_CUDA)) {
+    note("skip: device %d's ptrSupport 0x%x has no CUDA (TCP, or a provider without FI_HMEM)", r->dev, props.ptrSupport);
+    g->skip = 1;
+    return 0;
+  }
+  char why[160];
+  if (!check(cuda_open(&g->cu, why, sizeof why) == 0, "the device supports CUDA memory; this host's GPU 0: %s",
+             g->cu.memAlloc ? "usable" : why))
+    return -1;
+  x->cap = k_gpu_sizes[COUNT_OF(k_gpu_sizes) - 1] + (r->sender ? 0 : TRANSFER_EXTRA);
+  CUptr d = 0;
+  CUres cr = g->cu.memAlloc(&d, x->cap);
+  if (!check(cr == 0, "cuMemAlloc of %zu bytes (CUresult %d)", x->cap, cr)) return -1;
+  x->buf = (uint8_t*)(uintptr_t)d;
+  g->host = role_alloc(r, x->cap);
+  if (!g->host) return -1;
+  void* mh = NULL;
+  rc = shim_reg_mr(r->net, r->comm, x->buf, x->cap, TSN_PTR_CUDA, &mh);
+  if (!check(rc == TSN_SUCCESS && mh, "regMr of %zu bytes of GPU memory (rc %d)", x->cap, rc)) return -1;
+  if (r->nmr < ROLE_MAX_MR) r->mr[r->nmr++] = mh;
+  x->mh = mh;
+  return 0;
+}
+
+static int gpu_send_step(Role* r) {
+  GpuState* g = r->st;
+  XferState* x = &g->x;
+  if (g->skip || x->i == x->count) return 1;
+  size_t size = x->sizes[x->i];
+  if (!x->req && !x->posted && size) {
+    fill(g->host, size, seed_of(size, x->i, 9));
+    CUres cr = g->cu.htod((CUptr)(uintptr_t)x->buf, g->host, size);
+    if (!check(cr == 0, "copy of %zu bytes into the GPU send buffer (CUresult %d)", size, cr)) return -1;
+  }
+  return xfer_send_step(r);  // isend and test of x->buf (x->staged: it does not fill it)
+}
+
+static int gpu_recv_step(Role* r) {
+  GpuState* g = r->st;
+  XferState* x = &g->x;
+  if (g->skip || x->i == x->count) return 1;
+  size_t size = x->sizes[x->i];
+  tsn_result_t rc;
+  if (g->freq) {  // the flush of the completed receive
+    int done = 0, fs = -1;
+    rc = shim_test(r->net, g->freq, &done, &fs);
+    if (rc != TSN_SUCCESS) return check(0, "test of the iflush of %d bytes returned %d", g->got, rc), -1;
+    if (!done) return 0;
+    g->freq = NULL;
+  } else if (!x->req) {
+    if (!x->posted) {
+      memset(g->host, GUARD, size + TRANSFER_EXTRA);
+      CUres cr = g->cu.htod((CUptr)(uintptr_t)x->buf, g->host, size + TRANSFER_EXTRA);
+      if (!check(cr == 0, "guard bytes into the GPU receive buffer (CUresult %d)", cr)) return -1;
+    }
+    x->posted = 1;
+    void* data = x->buf;
+    size_t room = size + TRANSFER_EXTRA;
+    int tag = TRANSFER_TAG;
+    rc = shim_irecv(r->net, r->comm, 1, &data, &room, &tag, &x->mh, &x->req);
+    if (!check(rc == TSN_SUCCESS, "irecv of room %zu into GPU memory (rc %d)", room, rc)) return -1;
+    if (!x->req) x->nulls++;
+    return 0;
+  } else {
+    int done = 0;
+    g->got = -1;
+    rc = shim_test(r->net, x->req, &done, &g->got);
+    if (rc != TSN_SUCCESS) return check(0, "test of the irecv for %zu bytes returned %d", size, rc), -1;
+    if (!done) return 0;
+    x->req = NULL;
+    check(g->got == (int)size, "recv of %zu bytes into GPU memory: test reports size %d", size, g->got);
+    if (g->got > 0) {
+      void* data = x->buf;
+      rc = shim_iflush(r->net, r->comm, 1, &data, &g->got, &x->mh, &g->freq);
+      if (!check(rc == TSN_SUCCESS, "iflush of %d bytes of GPU memory (rc %d)", g->got, rc)) return -1;
+      if (g->freq) return 0;
+    }
+  }
+  // Received and flushed: check through a copy back to the host.
+  CUres cr = g->cu.dtoh(g->host, (CUptr)(uintptr_t)x->buf, size + TRANSFER_EXTRA);
+  if (!check(cr == 0, "copy of the GPU receive buffer back (CUresult %d)", cr)) return -1;
+  long bad = mismatch(g->host, size, seed_of(size, x->i, 9));
+  check(bad < 0, "recv of %zu bytes into GPU memory: data equal (first difference at %ld)", size, bad);
+  long gb = guard_broken(g->host, size, size + TRANSFER_EXTRA);
+  check(gb < 0, "recv of %zu bytes into GPU memory: bytes after the message untouched (first changed at %ld)", size, gb);
+  x->posted = 0;
+  x->i++;
+  if (x->i == x->count && x->nulls) note("irecv returned a NULL request %ld times (retried)", x->nulls);
+  return x->i == x->count;
+}
+
+static const PairScenario GPU = {"gpu", {gpu_setup, gpu_send_step}, {gpu_setup, gpu_recv_step}};
 
 // ---------------------------------------------------------------- oversize (badinput across processes)
 
@@ -2688,6 +2849,7 @@ out:
 static void sc_transfer(int v) { run_pair(v, &TRANSFER, g_procs == 1 && g_role == ROLE_BOTH ? P_TRANSFER : P_BIG); }
 static void sc_marker(int v) { run_pair(v, &MARKER, P_MARKER); }
 static void sc_bulk(int v) { run_pair(v, &BULK, P_BULK); }
+static void sc_gpu(int v) { run_pair(v, &GPU, 0); }
 static void sc_inflight(int v) {
   run_pair(v, &INFLIGHT_SC, 8);
   run_pair(v, &INFLIGHT_SC, INFLIGHT);
@@ -2763,6 +2925,7 @@ static const Scenario SCENARIOS[] = {
     {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
     {"stranger", sc_stranger, OWN_PROCS, 1, "raw TCP clients on a listener's port, then a real connection (TCP)"},
     {"bulk", sc_bulk, PAIR, 0, "8 messages of 64 MiB, validated (not in all)"},
+    {"gpu", sc_gpu, PAIR, 0, "0 B to 64 MiB from and into CUDA memory with iflush (not in all: needs a GPU)"},
 };
 #define NSCENARIOS ((int)(sizeof SCENARIOS / sizeof *SCENARIOS))
 
@@ -2806,7 +2969,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle killpeer stranger bulk\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle killpeer stranger bulk gpu\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"

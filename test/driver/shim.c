@@ -319,6 +319,22 @@ tsn_result_t shim_irecv(const Net* n, void* rc, int nb, void** data, const size_
   return -1;
 }
 
+tsn_result_t shim_iflush(const Net* n, void* rc, int nb, void** data, const int* sizes, void** mhs, void** request) {
+  int isz[SHIM_MAX_N];
+  int k = nb < 0 ? 0 : nb > SHIM_MAX_N ? SHIM_MAX_N : nb;
+  for (int i = 0; i < k; i++) isz[i] = sizes[i];
+  switch (n->version) {
+    case 6: return T(6)->iflush(rc, nb, data, isz, mhs, request);
+    case 7: return T(7)->iflush(rc, nb, data, isz, mhs, request);
+    case 8: return T(8)->iflush(rc, nb, data, isz, mhs, request);
+    case 9: return T(9)->iflush(rc, nb, data, isz, mhs, request);
+    case 10: return T(10)->iflush(rc, nb, data, isz, mhs, request);
+    case 11: return T(11)->iflush(rc, nb, data, isz, mhs, request);
+    case 12: return T(12)->iflush(rc, nb, data, isz, mhs, request);
+  }
+  return -1;
+}
+
 tsn_result_t shim_test(const Net* n, void* request, int* done, int* sizes) {
   switch (n->version) {
     case 6: return T(6)->test(request, done, sizes);

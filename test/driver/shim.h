@@ -73,6 +73,9 @@ tsn_result_t shim_dereg_mr(const Net* n, void* comm, void* mhandle);
 tsn_result_t shim_isend(const Net* n, void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
 tsn_result_t shim_irecv(const Net* n, void* recvComm, int n_, void** data, const size_t* sizes, int* tags,
                         void** mhandles, void** request);
+// sizes are the received sizes (NCCL passes ints in every version).
+tsn_result_t shim_iflush(const Net* n, void* recvComm, int n_, void** data, const int* sizes, void** mhandles,
+                         void** request);
 tsn_result_t shim_test(const Net* n, void* request, int* done, int* sizes);
 tsn_result_t shim_close_send(const Net* n, void* sendComm);
 tsn_result_t shim_close_recv(const Net* n, void* recvComm);
