@@ -252,6 +252,7 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     o.Set("speedMbps", n.speedMbps);
     o.Set("hmem", n.hmem);
     o.Set("hmemWhy", n.hmemWhy);
+    o.Set("mixedIov", n.mixedIov);
     o.Set("virtAddr", n.virtAddr);
     o.Set("mrLocal", n.mrLocal);
     o.Set("rxCqData", n.rxCqData);

@@ -94,6 +94,8 @@ struct OfiNic {
   bool hmem = false;       // FI_HMEM granted: GPU memory can be registered (iface permitting)
   bool dmabuf = false;     // DMA-BUF registration (needs libfabric API 1.20; never with 1.17)
   std::string hmemWhy;     // why hmem is false, when it was asked for
+  bool mixedIov = true;    // one send may gather host and GPU memory: libfabric 1.18+; 1.17's shm
+                           // copies every iovec of a send as the first one's memory
   bool autoProgress = false;  // data progress FI_PROGRESS_AUTO; else MANUAL: poll to progress
   bool rxCqData = false;      // mode FI_RX_CQ_DATA: remote CQ data consumes a posted receive
   bool contextMode = false;   // mode FI_CONTEXT/FI_CONTEXT2 (handled inside; for the record)

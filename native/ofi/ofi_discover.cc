@@ -181,6 +181,7 @@ OfiNic nicOf(const fi_info* i, bool hmemAsked) {
   n.mrEndpoint = n.mrMode & FI_MR_ENDPOINT;
   n.hmem = (i->caps & FI_HMEM) != 0;
   if (hmemAsked && !n.hmem) n.hmemWhy = n.provider + " does not offer FI_HMEM";
+  n.mixedIov = f.runtime >= FI_VERSION(1, 18);
   n.autoProgress = i->domain_attr->data_progress == FI_PROGRESS_AUTO;
   n.rxCqData = (i->mode & FI_RX_CQ_DATA) != 0;
   n.contextMode = (i->mode & (FI_CONTEXT | FI_CONTEXT2)) != 0;
@@ -225,6 +226,7 @@ std::string OfiNic::describe() const {
                   " B, cq data " + std::to_string(cqDataSize) + " B, tx/rx queue " + std::to_string(txSize) + "/" +
                   std::to_string(rxSize) + ", GPU memory " + (hmem ? "yes" : "no");
   if (!hmem && !hmemWhy.empty()) s += " (" + hmemWhy + ")";
+  if (hmem && !mixedIov) s += " (a send may not gather host and GPU memory: libfabric < 1.18)";
   if (rxCqData) s += ", remote CQ data consumes receives (FI_RX_CQ_DATA)";
   return s;
 }

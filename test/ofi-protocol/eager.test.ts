@@ -312,3 +312,52 @@ describe.each(kinds)('eager into %s memory', (kind) => {
     expectPlaced(w, src, dst, 32768, 0, 30);
   });
 });
+
+// libfabric before 1.18 cannot gather a host header and a GPU payload in one send (its shm
+// provider copied both as the first iovec's memory and the sender died of SIGSEGV on the GPU
+// host). There the endpoint does not send GPU memory eager: such sends wait for their control
+// message and are written, while host sends still go eager.
+describe('sends from GPU memory where a send cannot gather host and GPU memory', () => {
+  function gpuSetup(seed: number, gpuEager: boolean) {
+    const w = new World({ seed, fake: { mixedIov: false }, gpuEager });
+    const { send, recv } = w.connect();
+    const gpu = w.a.region(1 << 20, 'cuda');
+    const host = w.a.region(1 << 20);
+    const data = pattern(seed, 1 << 20);
+    w.fabric.bytesOf(gpu).set(data);
+    host.bytes!.set(data);
+    const dst = w.b.region(1 << 20, 'cuda');
+    return { w, send, recv, gpu, host, dst, data };
+  }
+
+  it('the fake fabric refuses such a send, as the provider crashes on it', () => {
+    const { w, send, gpu } = gpuSetup(1, true);
+    expect(() => {
+      send.isend(1, buf(gpu, 0, EAGER, 1));
+      deliverEager(w);
+    }).toThrow(/gathers host and GPU memory/);
+  });
+
+  it.each(SEEDS)('GPU sends are written after their control message, host sends still go eager (seed %i)', (seed) => {
+    const { w, send, recv, gpu, host, dst, data } = gpuSetup(seed, false);
+    send.isend(1, buf(gpu, 0, EAGER, 1)); // small, from GPU memory: waits
+    send.isend(2, buf(host, 32768, 100, 2)); // waits behind it (eager order)
+    deliverEager(w);
+    expect(w.a.host.rails[0].log.filter((o) => o.type === 'send' && (o.len === EAGER + 8 || o.len === 100 + 8))).toHaveLength(0);
+    recv.irecv(1, [buf(dst, 0, 32768, 1)]);
+    recv.irecv(2, [buf(dst, 32768, 32768, 2)]);
+    w.run(() => w.a.has(1, 2) && w.b.has(1, 2));
+    expect(w.b.take(1)).toEqual({ code: 0, sizes: [EAGER] });
+    expect(w.b.take(2)).toEqual({ code: 0, sizes: [100] });
+    expectBytes(w.fabric.bytesOf(dst), 0, data.subarray(0, EAGER));
+    expectBytes(w.fabric.bytesOf(dst), 32768, data.subarray(32768, 32768 + 100));
+    expect(w.a.host.rails[0].log.filter((o) => o.type === 'write' && o.len === EAGER)).toHaveLength(1);
+    // With nothing waiting, a host send goes eager again.
+    send.isend(3, buf(host, 65536, 200, 3));
+    deliverEager(w);
+    expect(w.a.host.rails[0].log.filter((o) => o.type === 'send' && o.len === 200 + 8)).toHaveLength(1);
+    recv.irecv(3, [buf(dst, 65536, 32768, 3)]);
+    w.run(() => w.a.has(3) && w.b.has(3));
+    expectBytes(w.fabric.bytesOf(dst), 65536, data.subarray(65536, 65536 + 200));
+  });
+});

@@ -46,6 +46,11 @@ export interface FakeOptions {
   lagWrites?: boolean | 'until-read';
   /** Largest batch of completions delivered at once. */
   maxBatch?: number;
+  /**
+   * false: a send that gathers host and GPU memory throws, as libfabric 1.17's shm crashes
+   * on it (it copies every iovec as the first one's memory). Default true.
+   */
+  mixedIov?: boolean;
 }
 
 interface Mapping {
@@ -222,6 +227,8 @@ export class FakeRail implements Rail {
   }
 
   send2(peer: number, a0: number, l0: number, d0: number, a1: number, l1: number, d1: number, imm: number, token: number): void {
+    if (this.fabric.opts.mixedIov === false && l0 > 0 && l1 > 0 && this.regs.get(d0)?.kind !== this.regs.get(d1)?.kind)
+      throw new Error('fake: fi_sendmsg gathers host and GPU memory, which this libfabric cannot (SIGSEGV in the provider)');
     this.post({ type: 'send', src: this, peer, iov: [[a0, l0, d0], [a1, l1, d1]], raddr: 0, keyLo: 0, keyHi: 0, imm, token });
   }
 

@@ -20,6 +20,8 @@ export interface WorldOptions {
   check?: boolean;
   /** Give each endpoint a device-memory flush line (write-then-read flushes use it). */
   flushScratch?: boolean;
+  /** EndpointOptions.gpuEager of both endpoints (default true). */
+  gpuEager?: boolean;
 }
 
 export interface Done {
@@ -102,6 +104,7 @@ export class World {
       timeoutMs: this.opts.timeoutMs ?? 10_000,
       maxComms: this.opts.maxComms,
       flushScratch: this.opts.flushScratch ? this.fabric.region(host, 64 * nics, 'cuda', 999) : null,
+      gpuEager: this.opts.gpuEager,
     });
     for (const r of host.rails) r.onCompletions = ep.onCompletions;
     const s = new Side(this, host, ep);

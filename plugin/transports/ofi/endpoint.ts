@@ -36,6 +36,13 @@ export interface EndpointOptions {
    * (right for host memory and tests; GPU memory needs the device line).
    */
   flushScratch?: Region | null;
+  /**
+   * Whether a send from GPU memory may go eager (default true). An eager send gathers a host
+   * header and the payload in one send; libfabric before 1.18 copies every iovec of a shm send
+   * as the first one's memory, and a GPU payload behind a host header killed the sender with
+   * SIGSEGV. Where false, such sends wait for their control message and are written.
+   */
+  gpuEager?: boolean;
 }
 
 /** Host memory the transport allocated and registered on every NIC. */
@@ -62,6 +69,8 @@ export class OfiEndpoint {
   readonly stats = { staleWrites: 0, staleMessages: 0, staleOps: 0 };
   /** Largest eager message (header included) the bounce buffers hold; -1: none. */
   readonly eagerCapacity: number;
+  /** A send from GPU memory may go eager (EndpointOptions.gpuEager). */
+  readonly gpuEager: boolean;
 
   private readonly comms: (OfiComm | undefined)[];
   /** The same comms, for ticking. */
@@ -100,6 +109,7 @@ export class OfiEndpoint {
     rails.forEach((r, i) => (this.selfPeer[i] = this.peerId(i, r.name)));
     this.line = this.allocShared(LINE_BYTES);
     this.flushScratch = opts.flushScratch ?? null;
+    this.gpuEager = opts.gpuEager ?? true;
     const eager = this.config.eagerMax;
     this.eagerCapacity = eager < 0 ? -1 : eager;
     const bufBytes = Math.max(Math.ceil(Math.max(eager, 0) / 64) * 64, CONNECT_BYTES, ACCEPT_BYTES);

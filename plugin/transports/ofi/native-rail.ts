@@ -28,6 +28,8 @@ export interface OfiNicInfo {
   speedMbps: number;
   hmem: boolean;
   hmemWhy: string;
+  /** One send may gather host and GPU memory (libfabric 1.18 and newer). */
+  mixedIov: boolean;
   virtAddr: boolean;
   mrLocal: boolean;
   rxCqData: boolean;

@@ -161,6 +161,8 @@ export class OfiTransport implements Transport {
     for (const n of opened.nics) lines.push(`ofi: NIC ${n.domain}: ${n.describe}`);
     const nic = opened.nics[0];
     lines.push(nic.hmem ? 'ofi: GPU memory is registered directly (FI_HMEM, CUDA)' : `ofi: host memory only: ${nic.hmemWhy || 'the provider offers no FI_HMEM'}`);
+    if (nic.hmem && !nic.mixedIov)
+      lines.push(`ofi: ${opened.version} cannot gather host and GPU memory in one send: sends from GPU memory are not sent eager (libfabric 1.18 can)`);
     return lines;
   }
 
@@ -173,7 +175,12 @@ export class OfiTransport implements Transport {
     const onCompletions: OnCompletions = (rail, batch) => ep!.onCompletions(rail, batch);
     try {
       d.nics.forEach((nic, i) => rails.push(new NativeRail(port, this.binding, nic, this.opened.nics[nic], i, onCompletions)));
-      ep = new OfiEndpoint(rails, { config: this.ofi, name: `ofi ${d.name}`, timeoutMs: this.config.timeoutSec * 1000 });
+      ep = new OfiEndpoint(rails, {
+        config: this.ofi,
+        name: `ofi ${d.name}`,
+        timeoutMs: this.config.timeoutSec * 1000,
+        gpuEager: d.nics.every((i) => this.opened.nics[i].mixedIov),
+      });
     } catch (e) {
       rails.forEach((r) => r.close());
       throw e;
