@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../native/binding.h"
+#include "../native/guest.h"
 
 namespace tsn {
 namespace {
@@ -172,10 +173,8 @@ void protocolMain(int index) {
   snprintf(name, sizeof name, index ? "tsnet-proto%d" : "tsnet-plugin", index);
   pthread_setname_np(pthread_self(), name);
   // The host's signals go to the host's threads: this thread and the V8 platform threads it
-  // starts (which inherit the mask) take none.
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  // starts (which inherit the mask) take none but faults (native/guest.h).
+  tsn::blockHostSignals();
   std::vector<std::string> errors;
   if (index == 0) errors = initNode();
   std::unique_ptr<CommonEnvironmentSetup> setup;

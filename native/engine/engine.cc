@@ -15,6 +15,7 @@
 //         message of a hard close.
 //   Rings submission: protocol thread produces, I/O thread consumes; completion: the reverse.
 #include "engine.h"
+#include "../guest.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -587,9 +588,7 @@ int waitShort(int ep, epoll_event* evs, int max, long us) {
 }
 
 void threadMain(IoThread* t) {
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, nullptr);  // a guest: the host's signals go to its own threads
+  blockHostSignals();  // a guest: the host's signals go to its own threads (native/guest.h)
   char name[16];
   snprintf(name, sizeof name, "tsnet-io%d", t->index);
   pthread_setname_np(pthread_self(), name);
