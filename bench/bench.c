@@ -2,7 +2,7 @@
 //
 //   tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]
 //               [--streams N] [--inflight K] [--version V] [--lib PATH] [--dev D]
-//               [--timeout S] [--spin] [--verbose]
+//               [--timeout S] [--spin] [--verbose] [--mem host|cuda]
 //
 // Every mode runs two processes, A and B, forked by a coordinator that never loads the plugin
 // (a process whose plugin has started its Node thread cannot fork a child that uses it). A and
@@ -22,6 +22,10 @@
 //          where the previous message ended), each stream carries its stripes back to back.
 //          B reports.
 //
+// --mem cuda (tsnet-bw only): both sides' buffers are CUDA memory on GPU 0, registered as
+// NCCL_PTR_CUDA (the plugin must offer it: libfabric with FI_HMEM), and B calls iflush after
+// every receive and waits for it, as NCCL's proxy does with GPUDirect; the data are not read.
+//
 // Warm-up (--warmup seconds, and a few messages) is not counted. Every wait has a deadline
 // (--timeout); on failure the process prints why on stderr and the bench exits non-zero.
 // tsnet lines also carry setup_s {init, connect}: the reporting process's seconds to load and
@@ -31,6 +35,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -72,6 +77,7 @@ typedef struct Opts {
   int spin;         // poll test() without giving the CPU away
   int idle_us;      // when a poll finds nothing: sleep this long (0: sched_yield)
   int verbose;      // plugin INFO lines on stderr
+  int cuda;         // --mem cuda: tsnet-bw buffers in GPU memory, registered as NCCL_PTR_CUDA
 } Opts;
 
 static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .pairs = 1, .version = 12,
@@ -177,7 +183,41 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   fprintf(stderr, "[%s %d] %s\n", g_role, (int)getpid(), msg);
 }
 
+// --mem cuda: the CUDA driver, opened at run time, GPU 0's primary context current.
+typedef int CUres;
+static struct {
+  CUres (*init)(unsigned);
+  CUres (*primaryCtxRetain)(void**, int);
+  CUres (*ctxSetCurrent)(void*);
+  CUres (*memAlloc)(unsigned long long*, size_t);
+  CUres (*memsetD8)(unsigned long long, unsigned char, size_t);
+} g_cu;
+
+static void* alloc_gpu(size_t size) {
+  if (!g_cu.memAlloc) {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) die("--mem cuda: no CUDA driver (%s)", dlerror());
+    *(void**)&g_cu.init = dlsym(h, "cuInit");
+    *(void**)&g_cu.primaryCtxRetain = dlsym(h, "cuDevicePrimaryCtxRetain");
+    *(void**)&g_cu.ctxSetCurrent = dlsym(h, "cuCtxSetCurrent");
+    *(void**)&g_cu.memsetD8 = dlsym(h, "cuMemsetD8_v2");
+    *(void**)&g_cu.memAlloc = dlsym(h, "cuMemAlloc_v2");
+    void* ctx = NULL;
+    CUres rc = -1;
+    if (g_cu.init && g_cu.primaryCtxRetain && g_cu.ctxSetCurrent && g_cu.memsetD8 && g_cu.memAlloc && !(rc = g_cu.init(0)))
+      rc = g_cu.primaryCtxRetain(&ctx, 0);
+    if (!rc) rc = g_cu.ctxSetCurrent(ctx);
+    if (rc) die("--mem cuda: the CUDA driver or GPU 0's context is not usable (CUresult %d)", rc);
+  }
+  unsigned long long d = 0;
+  CUres rc = g_cu.memAlloc(&d, size ? size : 1);
+  if (!rc) rc = g_cu.memsetD8(d, 0x5a, size);
+  if (rc) die("--mem cuda: cuMemAlloc of %zu bytes failed (CUresult %d)", size, rc);
+  return (void*)(uintptr_t)d;
+}
+
 static void* alloc_buf(size_t size) {
+  if (g_o.cuda) return alloc_gpu(size);
   void* p = NULL;
   if (posix_memalign(&p, 4096, size ? size : 1) != 0) die("posix_memalign of %zu bytes failed", size);
   memset(p, 0x5a, size);  // touch every page before measuring
@@ -239,9 +279,9 @@ static void report_bw(uint64_t bytes, uint64_t messages, double seconds, int str
              ",\"cpu_us_per_msg\":{\"send_proto\":%.3f,\"send_io\":%.3f,\"recv_proto\":%.3f,\"recv_io\":%.3f}",
              (double)send->proto / 1e3 / (double)messages, (double)send->io / 1e3 / (double)messages,
              (double)recv->proto / 1e3 / (double)messages, (double)recv->io / 1e3 / (double)messages);
-  printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"inflight\":%d,\"pairs\":%d,\"messages\":%llu,"
-         "\"bytes\":%llu,\"seconds\":%.6f,\"bw_GBps\":%.6f,\"msgs_per_s\":%.1f%s%s}\n",
-         k_mode_names[g_o.mode], g_o.size, sj, g_o.version, g_o.inflight, streams ? 1 : g_o.pairs,
+  printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"inflight\":%d,\"pairs\":%d,\"mem\":\"%s\","
+         "\"messages\":%llu,\"bytes\":%llu,\"seconds\":%.6f,\"bw_GBps\":%.6f,\"msgs_per_s\":%.1f%s%s}\n",
+         k_mode_names[g_o.mode], g_o.size, sj, g_o.version, g_o.inflight, streams ? 1 : g_o.pairs, g_o.cuda ? "cuda" : "host",
          (unsigned long long)messages, (unsigned long long)bytes, seconds, (double)bytes / seconds / 1e9,
          (double)messages / seconds, cpu, setup);
   fflush(stdout);
@@ -357,8 +397,9 @@ static void pl_open_n(Plug* t, Chan ch, int pairs) {
 
 static void* pl_reg(Plug* t, void* comm, void* data, size_t size) {
   void* mh = NULL;
-  tsn_result_t rc = shim_reg_mr(&t->net, comm, data, size, TSN_PTR_HOST, &mh);
-  if (rc != TSN_SUCCESS || !mh) die("regMr of %zu bytes failed (rc %d)", size, rc);
+  tsn_result_t rc = shim_reg_mr(&t->net, comm, data, size, g_o.cuda ? TSN_PTR_CUDA : TSN_PTR_HOST, &mh);
+  if (rc != TSN_SUCCESS || !mh)
+    die("regMr of %zu bytes of %s memory failed (rc %d)", size, g_o.cuda ? "GPU" : "host", rc);
   return mh;
 }
 
@@ -421,6 +462,17 @@ static int pl_done(Plug* t, void* req, int recv) {
   if (rc != TSN_SUCCESS) die("test failed (rc %d)", rc);
   if (done && recv && (size_t)size != g_o.size) die("a receive reported %d bytes, expected %zu", size, g_o.size);
   return done;
+}
+
+// --mem cuda: iflush of a completed receive, waited for (NULL request: nothing to do).
+static void pl_flush(Plug* t, void* comm, void* data, void* mh) {
+  void* req = NULL;
+  int size = (int)g_o.size;
+  tsn_result_t rc = shim_iflush(&t->net, comm, 1, &data, &size, &mh, &req);
+  if (rc != TSN_SUCCESS) die("iflush failed (rc %d)", rc);
+  double end = now_s() + g_o.timeout;
+  while (req && !pl_done(t, req, 0))
+    if (now_s() > end) die("timed out after %.0f s waiting for an iflush", g_o.timeout);
 }
 
 // ---------------------------------------------------------------- tsnet: latency
@@ -569,6 +621,7 @@ static void tsnet_bw_b(Chan ch) {
     mrs[p] = pl_reg(&t, t.rcs[p], pools[p], nbuf * g_o.size);
   }
   void* req[MAX_PAIRS][MAX_INFLIGHT];
+  uint8_t* at[MAX_PAIRS][MAX_INFLIGHT];  // where each receive lands (the iflush's buffer)
   memset(req, 0, sizeof req);
   // Per comm: receives posted and done; limit: after the stop, no more than B told A (A sends
   // at least that many on each comm), then exactly what A says it sent.
@@ -585,13 +638,17 @@ static void tsnet_bw_b(Chan ch) {
     for (int p = 0; p < P; p++)
       for (int i = 0; i < K && posted[p] < limit[p]; i++)
         if (!req[p][i]) {
-          if (!(req[p][i] = pl_irecv_on(&t, t.rcs[p], pools[p] + (posted[p] % nbuf) * g_o.size, mrs[p]))) break;
+          at[p][i] = pools[p] + (posted[p] % nbuf) * g_o.size;
+          if (!(req[p][i] = pl_irecv_on(&t, t.rcs[p], at[p][i], mrs[p]))) break;
           posted[p]++;
         }
     int quiet = 1;
     for (int p = 0; p < P; p++)
       for (int i = 0; i < K; i++)
-        if (req[p][i] && pl_done(&t, req[p][i], 1)) req[p][i] = NULL, done++, got[p]++, quiet = 0;
+        if (req[p][i] && pl_done(&t, req[p][i], 1)) {
+          if (g_o.cuda) pl_flush(&t, t.rcs[p], at[p][i], mrs[p]);
+          req[p][i] = NULL, done++, got[p]++, quiet = 0;
+        }
     double now = now_s();
     if (!quiet) progress = now;
     else if (now - progress > g_o.timeout) die("timed out after %.0f s: no receive completed", g_o.timeout);
@@ -856,7 +913,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]\n"
           "                   [--streams N] [--inflight K] [--pairs P] [--version 6..12] [--lib PATH] [--dev D]\n"
-          "                   [--timeout S] [--spin | --idle-us US] [--verbose]\n");
+          "                   [--timeout S] [--spin | --idle-us US] [--verbose] [--mem host|cuda]\n");
   exit(2);
 }
 
@@ -900,6 +957,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--dev")) g_o.dev = atoi(v), i++;
     else if (!strcmp(a, "--timeout")) g_o.timeout = atof(v), i++;
     else if (!strcmp(a, "--idle-us")) g_o.idle_us = atoi(v), i++;
+    else if (!strcmp(a, "--mem") && (!strcmp(v, "host") || !strcmp(v, "cuda"))) g_o.cuda = !strcmp(v, "cuda"), i++;
     else usage();
   }
   if (!have_size || g_o.size < 1 || g_o.size > ((size_t)1 << 30)) die("--size must be 1 .. 2^30 bytes");
@@ -908,6 +966,7 @@ int main(int argc, char** argv) {
   if (g_o.pairs < 1 || g_o.pairs > MAX_PAIRS) die("--pairs must be 1 .. %d", MAX_PAIRS);
   if (g_o.duration <= 0 || g_o.warmup < 0 || g_o.timeout <= 0) die("bad --duration, --warmup or --timeout");
   if (g_o.mode == M_TCP_LAT) g_o.streams = 1;
+  if (g_o.cuda && g_o.mode != M_TSNET_BW) die("--mem cuda is for tsnet-bw only");
   if ((g_o.size + MIN_STRIPE - 1) / MIN_STRIPE > MAX_PARTS) die("--size too large for the stripe table");
 
   // Two pipes: A -> B and B -> A.

@@ -9,6 +9,7 @@ import * as path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runAsync, type Ran } from '../test/support/spawn';
 import { findLibfabric } from './libfabric';
+import { BENCH_BIN, buildBench } from './run';
 
 const root = path.resolve(__dirname, '..');
 const out = fs.mkdtempSync(path.join(os.tmpdir(), 'tsnet-bench-'));
@@ -185,4 +186,28 @@ describe('bench without libfabric', () => {
     expect(j.runs.map((x: { series: string }) => x.series)).toEqual(['tsnet', 'tcp', 'tsnet', 'tcp']);
     expect(fs.existsSync(path.join(dir, 'bench-rate.svg'))).toBe(false);
   }, 150_000);
+});
+
+describe('tsnet-bench --mem', () => {
+  const haveCuda = ['/usr/lib/x86_64-linux-gnu/libcuda.so.1', '/usr/lib64/libcuda.so.1'].some((p) => fs.existsSync(p));
+  const bin = path.join(root, BENCH_BIN);
+  beforeAll(() => {
+    buildBench(root);
+  });
+
+  it('--mem cuda is refused for the latency mode, and an unknown kind is a usage error', async () => {
+    const lat = await runAsync(bin, ['tsnet-lat', '--size', '8', '--mem', 'cuda'], { cwd: root, timeout: 30_000 });
+    expect(lat.status).toBe(1);
+    expect(lat.stderr).toMatch(/--mem cuda is for tsnet-bw only/);
+    const bad = await runAsync(bin, ['tsnet-bw', '--size', '8', '--mem', 'gpu'], { cwd: root, timeout: 30_000 });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/usage: tsnet-bench/);
+  });
+
+  it.skipIf(haveCuda)('--mem cuda without a CUDA driver: both sides stop with the reason', async () => {
+    const r = await runAsync(bin, ['tsnet-bw', '--size', '8', '--mem', 'cuda', '--duration', '0.1', '--timeout', '10'], { cwd: root, timeout: 60_000 });
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/--mem cuda: no CUDA driver \(libcuda\.so\.1/);
+    expect(r.stdout).toBe('');
+  });
 });
