@@ -4,7 +4,7 @@
 // SIGFPE, SIGILL, SIGTRAP or SIGSYS raised by a tsnet thread is delivered to that thread
 // whatever its mask (the kernel unblocks it and resets it to the default action when it is
 // blocked), so blocking them only kept the host's crash handlers (a training job's stack
-// dumper, libfabric's shm cleanup) from running. They stay unblocked.
+// dumper, a test's crash report) from running. They stay unblocked.
 #pragma once
 #include <signal.h>
 #include <pthread.h>
