@@ -1,7 +1,8 @@
 // The C driver (test/driver/driver.c) against the built library, through the exported table
 // versions: every scenario on the in-process loopback transport (v6..v12), and over the TCP
 // transport the pair scenarios across two processes (v12, v11, v9), killpeer, stranger,
-// teardown with 1 and 4 protocol threads, and the one-process scenarios (v12). One vitest
+// teardown with 1 and 4 protocol threads, the one-process scenarios (v12), and the gpu
+// scenario's skip where there is no CUDA memory. One vitest
 // test per scenario x version x mode.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
@@ -89,6 +90,20 @@ describe('C driver, --procs 2, loopback', () => {
     expect(r.out).toMatch(/^ok - v11 transfer: the receiver process reported its results/m);
     expect(r.out).not.toMatch(/died of signal|did not exit|timed out/);
     expect(r.out).toMatch(/^\d+ passed, [1-9]\d* failed$/m);
+  }, 120_000);
+});
+
+// The gpu scenario needs a device with CUDA memory (libfabric with FI_HMEM and CUDA, on a GPU
+// host). Elsewhere both roles must skip it, saying why, and still connect and close cleanly.
+describe('C driver, gpu scenario without CUDA memory', () => {
+  it('TCP: both roles skip with the reason; the pair connects and closes cleanly', async () => {
+    requireLib();
+    const r = await runDriver(['gpu', '--procs', '2', '--timeout', '10'], TCP);
+    expectClean(r);
+    for (const role of ['send', 'recv'])
+      expect(r.out).toMatch(new RegExp(`^# v12 gpu \\[${role}\\]: skip: device 0's ptrSupport 0x1 has no CUDA`, 'm'));
+    expect(r.out).toMatch(/^ok - v12 gpu \[send\]: closeSend \(rc 0\)$/m);
+    expect(r.out).toMatch(/^ok - v12 gpu \[recv\]: closeRecv \(rc 0\)$/m);
   }, 120_000);
 });
 
