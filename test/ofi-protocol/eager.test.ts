@@ -361,3 +361,41 @@ describe('sends from GPU memory where a send cannot gather host and GPU memory',
     expectBytes(w.fabric.bytesOf(dst), 65536, data.subarray(65536, 65536 + 200));
   });
 });
+
+// TSNET_OFI_GPU_IPC: GPU regions are registered for CUDA IPC (FI_HMEM_DEVICE_ONLY), which shm
+// cannot use with the process itself. The eager copy into such a region is a read from this
+// process's own endpoint, so it must use the region's plain localRegs; writes to the peer use
+// the IPC registration. The fake fabric fails an IPC registration used with the host itself.
+describe('GPU regions registered for CUDA IPC', () => {
+  function ipcSetup(seed: number) {
+    const w = new World({ seed });
+    const { send, recv } = w.connect();
+    const src = w.a.region(1 << 20, 'cuda', true);
+    const data = pattern(seed, 1 << 20);
+    w.fabric.bytesOf(src).set(data);
+    const dst = w.b.region(1 << 20, 'cuda', true);
+    return { w, send, recv, src, dst, data };
+  }
+
+  it.each(SEEDS)('eager copies use the plain registration, written messages the IPC one (seed %i)', (seed) => {
+    const { w, send, recv, src, dst, data } = ipcSetup(seed);
+    send.isend(1, buf(src, 0, EAGER, 1));
+    send.isend(2, buf(src, 65536, LARGE, 2));
+    deliverEager(w);
+    recv.irecv(1, [buf(dst, 0, 32768, 1), buf(dst, 65536, 32768, 2)]);
+    w.run(() => w.a.has(1, 2) && w.b.has(1));
+    expect(w.b.take(1)).toEqual({ code: 0, sizes: [EAGER, LARGE] });
+    expectBytes(w.fabric.bytesOf(dst), 0, data.subarray(0, EAGER));
+    expectBytes(w.fabric.bytesOf(dst), 65536, data.subarray(65536, 65536 + LARGE));
+  });
+
+  it('the fake fabric fails an eager copy through the IPC registration', () => {
+    const { w, send, recv, src, dst } = ipcSetup(1);
+    const noLocal = { ...dst, localRegs: undefined };
+    send.isend(1, buf(src, 0, EAGER, 1));
+    deliverEager(w);
+    recv.irecv(1, [buf(noLocal, 0, 32768, 1)]);
+    w.run(() => w.b.has(1));
+    expect(w.b.take(1).code).not.toBe(0);
+  });
+});
