@@ -353,21 +353,18 @@ Napi::Object mrAnswer(Napi::Env env, uint32_t id, OfiMr* mr) {
   return out;
 }
 
-// ofiRegMr(lane, addr, len, cuda, ipc) -> { mr, keyLo, keyHi, key, remoteBase }: registers memory on
-// the lane's NIC (and endpoint, where the provider binds regions to endpoints); ipc: CUDA memory
-// with FI_HMEM_DEVICE_ONLY (OfiMemType::kCudaIpc).
+// ofiRegMr(lane, addr, len, cuda) -> { mr, keyLo, keyHi, key, remoteBase }: registers memory on the
+// lane's NIC (and endpoint, where the provider binds regions to endpoints).
 Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Lane* l = ownOfiLane(info, "ofiRegMr");
   if (!l) return env.Undefined();
   double addr = num(info, 1), len = num(info, 2);
   bool cuda = info.Length() > 3 && info[3].ToBoolean().Value();
-  bool ipc = cuda && info.Length() > 4 && info[4].ToBoolean().Value();
   if (addr <= 0 || len < 0) return fail(env, "ofiRegMr(lane, addr, len, cuda) needs an address and a length");
   OfiError err;
   std::unique_ptr<OfiMr> mr = OfiMr::reg(l->ofi->domain(), reinterpret_cast<void*>(static_cast<uintptr_t>(addr)),
-                                         static_cast<size_t>(len),
-                                         ipc ? OfiMemType::kCudaIpc : cuda ? OfiMemType::kCuda : OfiMemType::kHost, l->ofi, &err);
+                                         static_cast<size_t>(len), cuda ? OfiMemType::kCuda : OfiMemType::kHost, l->ofi, &err);
   if (!mr) return fail(env, err.text, err.result);
   OfiMr* m = mr.release();
   uint32_t id = addMr(m);

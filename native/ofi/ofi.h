@@ -141,11 +141,7 @@ class OfiDomain {
   std::unique_ptr<Impl> impl_;
 };
 
-// kCudaIpc: CUDA memory registered with FI_HMEM_DEVICE_ONLY, which lets shm move it between
-// processes by CUDA IPC (device to device) instead of copying it through host memory. A process
-// cannot open its own IPC handles: such a region must not be the local side of an operation
-// whose peer is this same process (TSNET_OFI_GPU_IPC, docs/ofi-facts.md).
-enum class OfiMemType : uint8_t { kHost = 0, kCuda = 1, kCudaIpc = 2 };
+enum class OfiMemType : uint8_t { kHost = 0, kCuda = 1 };
 
 // A registered region. The remote side addresses byte p of it as remoteAddr(p) with key().
 // Deregistering (the destructor) while operations on the region are in flight is allowed by

@@ -69,8 +69,7 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
     return nullptr;
   }
   int device = -1;
-  bool cuda = type != OfiMemType::kHost;
-  if (cuda) {
+  if (type == OfiMemType::kCuda) {
     if (!nic.hmem) {
       *err = invalid("OfiMr::reg: GPU memory on " + nic.provider + " " + nic.domain + ", which takes host memory only" +
                      (nic.hmemWhy.empty() ? "" : " (" + nic.hmemWhy + ")"));
@@ -92,13 +91,13 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
   attr.iov_count = 1;
   attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   attr.requested_key = nic.provKey ? 0 : d->nextKey.fetch_add(1);
-  attr.iface = cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
-  if (cuda) attr.device.cuda = device;
+  attr.iface = type == OfiMemType::kCuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+  if (type == OfiMemType::kCuda) attr.device.cuda = device;
   fid_mr* mr = nullptr;
-  int rc = fi_mr_regattr(d->domain, &attr, type == OfiMemType::kCudaIpc ? FI_HMEM_DEVICE_ONLY : 0, &mr);
+  int rc = fi_mr_regattr(d->domain, &attr, 0, &mr);
   if (rc != 0) {
     *err = ofiErrorOf(rc, std::string("fi_mr_regattr of ") + std::to_string(size) + " bytes of " +
-                              (cuda ? "GPU " + std::to_string(device) : std::string("host")) +
+                              (type == OfiMemType::kCuda ? "GPU " + std::to_string(device) : std::string("host")) +
                               " memory",
                       nic.provider);
     return nullptr;

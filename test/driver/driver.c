@@ -722,8 +722,6 @@ typedef struct GpuState {
   int skip;
   uint8_t* host;  // staging for fills and checks, cap bytes
   void* freq;     // the iflush request in flight
-  int fresh;      // sender: each message from its own offset (TSNET_DRIVER_GPU_FRESH)
-  uint8_t* base;  // the whole GPU buffer when fresh
   int got;        // the completed receive's size, while its flush runs
 } GpuState;
 
@@ -751,12 +749,6 @@ static int gpu_setup(Role* r) {
              g->cu.memAlloc ? "usable" : why))
     return -1;
   x->cap = k_gpu_sizes[COUNT_OF(k_gpu_sizes) - 1] + (r->sender ? 0 : TRANSFER_EXTRA);
-  g->fresh = r->sender && getenv("TSNET_DRIVER_GPU_FRESH") && atoi(getenv("TSNET_DRIVER_GPU_FRESH"));
-  if (g->fresh) {  // experiment: every message from its own bytes, never overwritten
-    x->cap = 0;
-    for (int i = 0; i < x->count; i++) x->cap += (k_gpu_sizes[i] + 4095) / 4096 * 4096 + 4096;
-    note("TSNET_DRIVER_GPU_FRESH: every message from its own %zu-byte part of the buffer", x->cap);
-  }
   CUptr d = 0;
   CUres cr = g->cu.memAlloc(&d, x->cap);
   if (!check(cr == 0, "cuMemAlloc of %zu bytes (CUresult %d)", x->cap, cr)) return -1;
@@ -776,12 +768,6 @@ static int gpu_send_step(Role* r) {
   XferState* x = &g->x;
   if (g->skip || x->i == x->count) return 1;
   size_t size = x->sizes[x->i];
-  if (g->fresh && !x->req && !x->posted) {
-    if (!g->base) g->base = x->buf;
-    size_t off = 0;
-    for (int i = 0; i < x->i; i++) off += (x->sizes[i] + 4095) / 4096 * 4096 + 4096;
-    x->buf = g->base + off;
-  }
   if (!x->req && !x->posted && size) {
     fill(g->host, size, seed_of(size, x->i, 9));
     CUres cr = g->cu.htod((CUptr)(uintptr_t)x->buf, g->host, size);

@@ -97,8 +97,6 @@ interface Reg extends Registration {
   id: number;
   rail: FakeRail;
   kind: 'host' | 'cuda';
-  /** FI_HMEM_DEVICE_ONLY: shm moves it by CUDA IPC, which fails when the peer is this host itself. */
-  ipc: boolean;
   base: number;
   len: number;
 }
@@ -181,7 +179,7 @@ export class FakeRail implements Rail {
     return this.av.push(Buffer.from(name).toString('hex')) - 1;
   }
 
-  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false): Registration {
+  regMr(addr: number, len: number, kind: 'host' | 'cuda'): Registration {
     if (!this.fabric.memory.view(addr, len)) throw systemError(`fi_mr_reg: [0x${addr.toString(16)}, +${len}) is not mapped (fake: Invalid argument)`);
     const key = (BigInt(this.uid) << 40n) | BigInt(this.nextKey++ * 7919);
     const id = this.fabric.nextDesc++;
@@ -190,7 +188,6 @@ export class FakeRail implements Rail {
       id,
       rail: this,
       kind,
-      ipc: ipc && kind === 'cuda',
       base: addr,
       len,
       desc: id,
@@ -302,15 +299,11 @@ export class FakeFabric {
     for (let i = this.ops.length - 1; i >= 0; i--) if (this.ops[i].src.host === h) this.ops.splice(i, 1);
   }
 
-  /**
-   * Registered memory for a test: a Region over every rail of host h. ipc: GPU memory
-   * registered for CUDA IPC, with plain localRegs, as the transport does under TSNET_OFI_GPU_IPC.
-   */
-  region(h: FakeHost, size: number, kind: 'host' | 'cuda' = 'host', id = 1, ipc = false): Region {
+  /** Registered memory for a test: a Region over every rail of host h. */
+  region(h: FakeHost, size: number, kind: 'host' | 'cuda' = 'host', id = 1): Region {
     const m = this.memory.alloc(size);
-    const regs = h.rails.map((r) => r.regMr(m.addr, size, kind, ipc));
-    const localRegs = ipc && kind === 'cuda' ? h.rails.map((r) => r.regMr(m.addr, size, kind)) : undefined;
-    return { id, base: m.addr, size, bytes: kind === 'host' ? m.bytes.subarray(0, size) : null, kind, regs, localRegs };
+    const regs = h.rails.map((r) => r.regMr(m.addr, size, kind));
+    return { id, base: m.addr, size, bytes: kind === 'host' ? m.bytes.subarray(0, size) : null, kind, regs };
   }
 
   /** Remote writes into this host region lag like writes into GPU memory (a CPU test of flush). */
@@ -417,11 +410,6 @@ export class FakeFabric {
     if (!dst) {
       this.ops.splice(k, 1);
       this.fail(op, -22, `fi_${op.type}: peer ${op.peer} is not in the address vector (Invalid argument)`);
-      return true;
-    }
-    if (dst.host === op.src.host && op.iov.some((v) => op.src.regs.get(v[2])?.ipc)) {
-      this.ops.splice(k, 1);
-      this.fail(op, -22, `fi_${op.type}: a CUDA IPC registration used with this process itself (fake shm: cudaIpcOpenMemHandle: invalid context)`);
       return true;
     }
     if (dst.host.dead) {

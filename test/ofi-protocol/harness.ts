@@ -45,8 +45,8 @@ export class Side {
     readonly ep: OfiEndpoint,
   ) {}
 
-  region(size: number, kind: 'host' | 'cuda' = 'host', ipc = false): Region {
-    return this.world.fabric.region(this.host, size, kind, 1, ipc);
+  region(size: number, kind: 'host' | 'cuda' = 'host'): Region {
+    return this.world.fabric.region(this.host, size, kind);
   }
 
   has(...slots: number[]): boolean {

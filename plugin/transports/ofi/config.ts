@@ -19,12 +19,6 @@ export interface OfiConfig {
   bouncePosted: number;
   /** Flush policy (TSNET_FLUSH, OFI_NCCL_GDR_FLUSH_DISABLE, OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE). */
   flush: FlushMode;
-  /**
-   * TSNET_OFI_GPU_IPC: register GPU memory with FI_HMEM_DEVICE_ONLY, so that shm moves it
-   * between processes by CUDA IPC. Only where every peer is another process (one GPU per
-   * process): a process cannot open its own IPC handles.
-   */
-  gpuIpc: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -40,7 +34,6 @@ export const OFI_DEFAULTS: OfiConfig = {
   forceRails: 0,
   bouncePosted: 64,
   flush: { method: 'read', all: false },
-  gpuIpc: false,
 };
 
 function int(env: Env, name: string, min: number, max: number): number | undefined {
@@ -104,9 +97,5 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const what = flush.method === 'none' ? 'none' : `${flush.method} of ${flush.all ? 'every' : 'GPU'} receive`;
   note('flush', what, why, why !== '');
 
-  const ipc = bool(env, 'TSNET_OFI_GPU_IPC');
-  const gpuIpc = ipc ?? d.gpuIpc;
-  if (gpuIpc) note('GPU memory registered for CUDA IPC (FI_HMEM_DEVICE_ONLY; peers must be other processes)', true, 'TSNET_OFI_GPU_IPC', true);
-
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush, gpuIpc }, lines };
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush }, lines };
 }

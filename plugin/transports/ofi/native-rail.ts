@@ -45,7 +45,7 @@ export interface OfiBinding extends EngineBinding {
   ofiOpen(opts: { provider?: string; hmem: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
   ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
-  ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean): MrAnswer;
+  ofiRegMr(lane: number, addr: number, len: number, cuda: boolean): MrAnswer;
   ofiDeregMr(mr: number): void;
   ofiAlloc(lane: number, bytes: number): MrAnswer & { addr: number; buffer: ArrayBuffer };
   ofiLastError(lane: number): string;
@@ -107,9 +107,9 @@ export class NativeRail implements Rail, CqeHandler {
     }
   }
 
-  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false): Registration {
+  regMr(addr: number, len: number, kind: 'host' | 'cuda'): Registration {
     try {
-      return registration(this.binding.ofiRegMr(this.lane, addr, len, kind === 'cuda', ipc && kind === 'cuda'), addr);
+      return registration(this.binding.ofiRegMr(this.lane, addr, len, kind === 'cuda'), addr);
     } catch (e) {
       throw netError(e);
     }

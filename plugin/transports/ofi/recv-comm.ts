@@ -363,7 +363,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const nic = pool.rail(id);
     const chunk = pool.chunk(id);
     const token = ep.ops.alloc(OpKind.EAGER_COPY, this.id, this.serial, nic, this.rSeq[w], sub - w * MAX_RECVS, id);
-    ep.rails[nic].read(ep.selfPeer[nic], region.base + this.sOffset[sub], len, (region.localRegs ?? region.regs)[nic].desc, chunk.reg.remote(chunk.addr + from), chunk.reg.keyLo, chunk.reg.keyHi, token);
+    ep.rails[nic].read(ep.selfPeer[nic], region.base + this.sOffset[sub], len, region.regs[nic].desc, chunk.reg.remote(chunk.addr + from), chunk.reg.keyLo, chunk.reg.keyHi, token);
   }
 
   private misfit(w: number, sub: number, len: number): void {

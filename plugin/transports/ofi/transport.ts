@@ -14,7 +14,7 @@ import { groupGuid } from '../guid';
 import type { CommHooks, Connector, Device, Listener, RecvComm, SendComm, Traits, Transport } from '../transport';
 import type { OfiConfig } from './config';
 import { OfiEndpoint } from './endpoint';
-import type { Complete, OnCompletions, RecvComm as OfiRecv, Registration, ReqBuf, SendComm as OfiSend } from './fabric';
+import type { Complete, OnCompletions, RecvComm as OfiRecv, ReqBuf, SendComm as OfiSend } from './fabric';
 import { NativeRail, type OfiBinding, type OfiNicInfo } from './native-rail';
 
 /** The engine's answer to ofiOpen, read once per process (thread 0 logs it). */
@@ -217,28 +217,21 @@ export class OfiTransport implements Transport {
 
   register(region: Region, dev: number): void {
     const ep = this.ep(dev);
-    const ipc = this.ofi.gpuIpc && region.kind === 'cuda';
-    const regs: Registration[] = [];
-    const local: Registration[] = [];
+    const regs = [];
     try {
-      for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind, ipc));
-      if (ipc) for (const r of ep.rails) local.push(r.regMr(region.base, region.size, region.kind));
+      for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind));
     } catch (e) {
       regs.forEach((reg, i) => ep.rails[i].deregMr(reg));
-      local.forEach((reg, i) => ep.rails[i].deregMr(reg));
       throw e;
     }
     region.regs = regs;
-    region.localRegs = ipc ? local : undefined;
   }
 
   deregister(region: Region, dev: number): void {
     const ep = this.endpoints[dev];
     if (!ep) return;
     region.regs.forEach((reg, i) => ep.rails[i].deregMr(reg as never));
-    (region.localRegs as Registration[] | undefined)?.forEach((reg, i) => ep.rails[i].deregMr(reg));
     region.regs = [];
-    region.localRegs = undefined;
   }
 
   poll(): void {
