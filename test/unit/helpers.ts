@@ -8,7 +8,7 @@ import { Receiver, newRecvArgs } from '../../plugin/protocol/receiver';
 import { Sender } from '../../plugin/protocol/sender';
 import { memoryLinkPair } from '../../plugin/transports/memory-link';
 
-import { KiB, allBytes, fill, prng } from '../support/data';
+import { KiB, allBytes, fill, prng, shuffle } from '../support/data';
 
 export { KiB, MiB, type LogLine, allBytes, captureLog, fill, firstDiff, prng } from '../support/data';
 
@@ -29,16 +29,9 @@ export async function settle(probe: () => unknown = () => 0, maxTurns = 10_000):
   }
 }
 
-
 /** xs in a seeded random order. */
 export function shuffled<T>(xs: readonly T[], seed: number): T[] {
-  const r = prng(seed);
-  const out = [...xs];
-  for (let i = out.length - 1; i > 0; i--) {
-    const j = Math.floor(r() * (i + 1));
-    [out[i], out[j]] = [out[j], out[i]];
-  }
-  return out;
+  return shuffle(xs, prng(seed));
 }
 
 /** A request's end as the protocol reported it. */

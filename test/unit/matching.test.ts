@@ -4,6 +4,7 @@
 // Matcher with a plain reference implementation of the rule.
 import { describe, expect, it } from 'vitest';
 import { MAX_ENTRIES, Matcher, type RecvEntry, sizeError } from '../../plugin/protocol/matching';
+import { prng, shuffle } from '../support/data';
 
 /** A Matcher over named receives and messages that records its matches as "recv[index]=msg". */
 function matcher() {
@@ -29,27 +30,6 @@ const range = (n: number) => Array.from({ length: n }, (_, i) => i);
 function permutations<T>(xs: T[]): T[][] {
   if (xs.length <= 1) return [xs];
   return xs.flatMap((x, i) => permutations([...xs.slice(0, i), ...xs.slice(i + 1)]).map((p) => [x, ...p]));
-}
-
-/** mulberry32: a small seeded PRNG, floats in [0, 1). */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function shuffle<T>(xs: T[], rnd: () => number): T[] {
-  const a = [...xs];
-  for (let i = a.length - 1; i > 0; i--) {
-    const j = Math.floor(rnd() * (i + 1));
-    [a[i], a[j]] = [a[j], a[i]];
-  }
-  return a;
 }
 
 describe('matching: single receives', () => {
