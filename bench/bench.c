@@ -34,7 +34,6 @@
 // (the coordinator does it for a process killed by a signal).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,27 +125,19 @@ static void said_removed(const char* path, void* who) {
 static int shm_sweep(pid_t pid, const char* who) { return shim_shm_regions((int)pid, 1, said_removed, (void*)who); }
 
 // CPU nanoseconds used so far by this process's threads whose name starts with prefix.
+static void add_cpu_ns(const char* name, const char* dir, void* total) {
+  (void)name;
+  char path[340];
+  snprintf(path, sizeof path, "%s/schedstat", dir);
+  FILE* f = fopen(path, "r");
+  unsigned long long ns = 0;
+  if (f && fscanf(f, "%llu", &ns) == 1) *(uint64_t*)total += ns;
+  if (f) fclose(f);
+}
+
 static uint64_t threads_cpu_ns(const char* prefix) {
-  DIR* d = opendir("/proc/self/task");
-  if (!d) return 0;
   uint64_t total = 0;
-  struct dirent* e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char path[300], name[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE* f = fopen(path, "r");
-    if (!f) continue;
-    if (!fgets(name, sizeof name, f)) name[0] = 0;
-    fclose(f);
-    if (strncmp(name, prefix, strlen(prefix)) != 0) continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
-    f = fopen(path, "r");
-    unsigned long long ns = 0;
-    if (f && fscanf(f, "%llu", &ns) == 1) total += ns;
-    if (f) fclose(f);
-  }
-  closedir(d);
+  shim_threads(prefix, add_cpu_ns, &total);
   return total;
 }
 

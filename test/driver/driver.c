@@ -2261,39 +2261,25 @@ static void sc_badinput(int version) {
 
 // The signal masks of the plugin's threads (tsnet-*, from /proc/self/task/*/status): the
 // host's asynchronous signals blocked, faults not (native/guest.h). Returns the threads seen.
-static int check_thread_masks(void) {
-  DIR* d = opendir("/proc/self/task");
-  if (!d) return 0;
-  int seen = 0;
-  struct dirent* e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.') continue;
-    char path[300], name[32] = "", line[256];
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE* f = fopen(path, "r");
-    if (!f) continue;
-    if (!fgets(name, sizeof name, f)) name[0] = 0;
-    fclose(f);
-    name[strcspn(name, "\n")] = 0;
-    if (strncmp(name, "tsnet", 5) != 0) continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
-    if (!(f = fopen(path, "r"))) continue;
-    unsigned long long blk = 0;
-    int have = 0;
-    while (!have && fgets(line, sizeof line, f)) have = sscanf(line, "SigBlk: %llx", &blk) == 1;
-    fclose(f);
-    if (!have) continue;
-    seen++;
-    int host[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD, SIGALRM, SIGPIPE};
-    int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-    int ok = 1;
-    for (size_t i = 0; i < COUNT_OF(host); i++) ok &= (int)(blk >> (host[i] - 1)) & 1;
-    for (size_t i = 0; i < COUNT_OF(faults); i++) ok &= !((blk >> (faults[i] - 1)) & 1);
-    check(ok, "thread %s blocks the host's signals and no fault signal (SigBlk %llx)", name, blk);
-  }
-  closedir(d);
-  return seen;
+static void check_thread_mask(const char* name, const char* dir, void* arg) {
+  (void)arg;
+  char path[340], line[256];
+  snprintf(path, sizeof path, "%s/status", dir);
+  FILE* f = fopen(path, "r");
+  unsigned long long blk = 0;
+  int have = 0;
+  while (f && !have && fgets(line, sizeof line, f)) have = sscanf(line, "SigBlk: %llx", &blk) == 1;
+  if (f) fclose(f);
+  if (!have) return;  // the thread ended meanwhile
+  int host[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD, SIGALRM, SIGPIPE};
+  int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+  int ok = 1;
+  for (size_t i = 0; i < COUNT_OF(host); i++) ok &= (int)(blk >> (host[i] - 1)) & 1;
+  for (size_t i = 0; i < COUNT_OF(faults); i++) ok &= !((blk >> (faults[i] - 1)) & 1);
+  check(ok, "thread %s blocks the host's signals and no fault signal (SigBlk %llx)", name, blk);
 }
+
+static int check_thread_masks(void) { return shim_threads("tsnet", check_thread_mask, NULL); }
 
 static void sc_lifecycle(int version) {
   set_prefix(version, "lifecycle", NULL);

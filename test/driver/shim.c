@@ -389,3 +389,25 @@ int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* a
   closedir(d);
   return n;
 }
+
+int shim_threads(const char* prefix, void (*each)(const char* name, const char* dir, void* arg), void* arg) {
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char dir[300], path[320], name[32] = "";
+    snprintf(dir, sizeof dir, "/proc/self/task/%s", e->d_name);
+    snprintf(path, sizeof path, "%s/comm", dir);
+    FILE* f = fopen(path, "r");
+    if (!f) continue;
+    if (!fgets(name, sizeof name, f)) name[0] = 0;
+    fclose(f);
+    name[strcspn(name, "\n")] = 0;
+    if (strncmp(name, prefix, strlen(prefix)) != 0) continue;
+    n++;
+    each(name, dir, arg);
+  }
+  closedir(d);
+  return n;
+}

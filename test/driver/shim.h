@@ -89,3 +89,7 @@ tsn_result_t shim_finalize(const Net* n, void* ctx);
 // an endpoint. Calls each (if not NULL) with the path of every region of pid, after removing
 // it when remove is set; returns how many there were.
 int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* arg), void* arg);
+
+// Calls each(name, dir, arg) for every thread of this process whose name (comm) starts with
+// prefix; dir is its /proc/self/task/<tid> folder. Returns how many there were.
+int shim_threads(const char* prefix, void (*each)(const char* name, const char* dir, void* arg), void* arg);
