@@ -31,5 +31,8 @@ describe('eager threshold', () => {
     expect(mayGoEager(100, 8192, EAGER_MAX_QUEUED, 0)).toBe(false);
     expect(mayGoEager(100, 8192, 0, 1)).toBe(false);
     expect(mayGoEager(9000, 8192, 0, 0)).toBe(false);
+    expect(mayGoEager(100, 8192, 0, 0, true)).toBe(true);
+    expect(mayGoEager(100, 8192, 0, 0, true, false)).toBe(false);
+    expect(mayGoEager(100, 8192, 0, 0, false, false)).toBe(true);
   });
 });

@@ -207,8 +207,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     rec.live = true;
     this.live++;
     if (this.matcher.arrive(rec, buf.tag)) return;
-    if (mayGoEager(buf.size, this.eagerMax, this.eagerQueued, this.waiting) && (this.ep.gpuEager || rec.region?.kind !== 'cuda'))
-      this.sendEager(rec);
+    if (mayGoEager(buf.size, this.eagerMax, this.eagerQueued, this.waiting, rec.region?.kind === 'cuda', this.ep.gpuEager)) this.sendEager(rec);
     else {
       rec.waiting = true;
       this.waiting++;

@@ -19,9 +19,11 @@ export function fitsEager(size: number, limit: number): boolean {
 
 /**
  * Whether a send that matched no known receive may go eager now: it fits, fewer than
- * EAGER_MAX_QUEUED eager sends wait for their control message, and no earlier send waits for
- * one (an eager message's target is computed as if every earlier unmatched send were eager).
+ * EAGER_MAX_QUEUED eager sends wait for their control message, no earlier send waits for
+ * one (an eager message's target is computed as if every earlier unmatched send were eager),
+ * and its payload is not GPU memory where the endpoint cannot send GPU memory eager
+ * (gpuEager false: libfabric before 1.18 cannot gather the host header and a GPU payload).
  */
-export function mayGoEager(size: number, limit: number, queued: number, waiting: number): boolean {
-  return waiting === 0 && queued < EAGER_MAX_QUEUED && fitsEager(size, limit);
+export function mayGoEager(size: number, limit: number, queued: number, waiting: number, fromGpu = false, gpuEager = true): boolean {
+  return waiting === 0 && queued < EAGER_MAX_QUEUED && fitsEager(size, limit) && (gpuEager || !fromGpu);
 }
