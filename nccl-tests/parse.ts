@@ -1,5 +1,5 @@
-// Reads nccl-tests output: the result rows, the average bus bandwidth, and what NCCL said
-// about the network it loaded and used.
+// Reads nccl-tests output: the result rows, the average bus bandwidth, the ranks, and what
+// NCCL said about the network it loaded and used and whether its channels use GPUDirect.
 export interface Half {
   timeUs: number;
   algbw: number;
@@ -16,8 +16,25 @@ export interface Row {
   inPlace: Half | null;
 }
 
+/** NCCL's network channel lines of one direction: with `/GDRDMA` (GPU buffers handed to the
+ * plugin) and without (NCCL stages through host memory). */
+export interface ChannelCount {
+  gdr: number;
+  plain: number;
+}
+
 export interface Parsed {
   rows: Row[];
+  /** How many ranks nccl-tests listed (`#  Rank  N Group ...`), distinct rank numbers: 1 when
+   * every process of an mpirun run calls itself rank 0 (nccl-tests built without MPI). */
+  ranks: number;
+  /** run.sh's `# ranks: N` header (the ranks it asked for); null in older logs. */
+  declaredRanks: number | null;
+  /** run.sh's `# mode: ...` header (g2, mpi, mpi1); null in older logs. */
+  declaredMode: string | null;
+  /** Transports tsnet said it runs (`NET/tsnet config: transport = X`), distinct. */
+  transports: string[];
+  gdr: { send: ChannelCount; recv: ChannelCount };
   avgBusbw: number | null;
   /** Lines where NCCL says which net plugin it loaded and which network it uses. */
   loaded: string[];
@@ -42,6 +59,11 @@ export function parseLog(text: string): Parsed {
   const loaded: string[] = [];
   const using: string[] = [];
   const warnings: string[] = [];
+  const rankIds = new Set<number>();
+  let declaredRanks: number | null = null;
+  let declaredMode: string | null = null;
+  const transports = new Set<string>();
+  const gdr = { send: { gdr: 0, plain: 0 }, recv: { gdr: 0, plain: 0 } };
   let failed = false;
   for (const line of text.split('\n')) {
     const t = line.trim().split(/\s+/);
@@ -49,6 +71,20 @@ export function parseLog(text: string): Parsed {
       const oop = half(t.slice(5, 9));
       if (oop) rows.push({ size: Number(t[0]), count: Number(t[1]), type: t[2], redop: t[3], outOfPlace: oop, inPlace: half(t.slice(9, 13)) });
       continue;
+    }
+    const rank = /^#\s+Rank\s+(\d+)\s+Group\b/.exec(line);
+    if (rank) rankIds.add(Number(rank[1]));
+    const header = /^# (ranks|mode): (\S+)/.exec(line);
+    if (header?.[1] === 'ranks') declaredRanks = Number(header[2]);
+    if (header?.[1] === 'mode') declaredMode = header[2];
+    const transport = /NET\/tsnet config: transport = (\w+)/.exec(line);
+    if (transport) transports.add(transport[1]);
+    // NCCL: "Channel 00/0 : 0[0] -> 1[0] [send] via NET/tsnet/0/GDRDMA" (then /Shared, ...)
+    const channel = /\[(send|receive)\] via NET\/[^/\s]+\/(\S+)/.exec(line);
+    if (channel) {
+      const c = channel[1] === 'send' ? gdr.send : gdr.recv;
+      if (channel[2].split('/').includes('GDRDMA')) c.gdr++;
+      else c.plain++;
     }
     const avg = /Avg bus bandwidth\s*:\s*([\d.]+)/.exec(line);
     if (avg) avgBusbw = Number(avg[1]);
@@ -59,7 +95,7 @@ export function parseLog(text: string): Parsed {
     const oob = /Out of bounds values\s*:\s*(\d+)/.exec(line);
     if (oob && Number(oob[1]) !== 0) failed = true;
   }
-  return { rows, avgBusbw, loaded, using, warnings, failed };
+  return { rows, ranks: rankIds.size, declaredRanks, declaredMode, transports: [...transports], gdr, avgBusbw, loaded, using, warnings, failed };
 }
 
 /** Every row's #wrong summed (out-of-place and in-place); NaN rows count as unchecked. */
