@@ -14,6 +14,8 @@ export interface Region {
   readonly kind: 'host' | 'cuda';
   /** The transport's registrations of it (libfabric: one per rail), on device dev. */
   regs: unknown[];
+  /** libfabric with TSNET_OFI_GPU_IPC: plain registrations for operations with this process itself. */
+  localRegs?: unknown[];
   dev: number;
 }
 

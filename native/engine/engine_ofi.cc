@@ -350,21 +350,27 @@ Napi::Object mrAnswer(Napi::Env env, uint32_t id, OfiMr* mr) {
   out.Set("key", Napi::BigInt::New(env, mr->key()));
   // The remote address of the region's first byte; others follow by offset.
   out.Set("remoteBase", static_cast<double>(mr->remoteAddr(mr->base())));
+  out.Set("ipc", mr->ipc());
+  if (!mr->ipcWhy().empty()) out.Set("ipcWhy", mr->ipcWhy());
   return out;
 }
 
-// ofiRegMr(lane, addr, len, cuda) -> { mr, keyLo, keyHi, key, remoteBase }: registers memory on the
-// lane's NIC (and endpoint, where the provider binds regions to endpoints).
+// ofiRegMr(lane, addr, len, cuda, ipc) -> { mr, keyLo, keyHi, key, remoteBase, ipc, ipcWhy? }:
+// registers memory on the lane's NIC (and endpoint, where the provider binds regions to
+// endpoints); ipc: CUDA memory with FI_HMEM_DEVICE_ONLY (OfiMemType::kCudaIpc), unless legacy
+// CUDA IPC cannot export it: then a plain registration, ipc false and ipcWhy.
 Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Lane* l = ownOfiLane(info, "ofiRegMr");
   if (!l) return env.Undefined();
   double addr = num(info, 1), len = num(info, 2);
   bool cuda = info.Length() > 3 && info[3].ToBoolean().Value();
+  bool ipc = cuda && info.Length() > 4 && info[4].ToBoolean().Value();
   if (addr <= 0 || len < 0) return fail(env, "ofiRegMr(lane, addr, len, cuda) needs an address and a length");
   OfiError err;
   std::unique_ptr<OfiMr> mr = OfiMr::reg(l->ofi->domain(), reinterpret_cast<void*>(static_cast<uintptr_t>(addr)),
-                                         static_cast<size_t>(len), cuda ? OfiMemType::kCuda : OfiMemType::kHost, l->ofi, &err);
+                                         static_cast<size_t>(len),
+                                         ipc ? OfiMemType::kCudaIpc : cuda ? OfiMemType::kCuda : OfiMemType::kHost, l->ofi, &err);
   if (!mr) return fail(env, err.text, err.result);
   OfiMr* m = mr.release();
   uint32_t id = addMr(m);

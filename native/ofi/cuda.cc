@@ -16,6 +16,7 @@ constexpr CUresult kCudaSuccess = 0;
 constexpr CUresult kCudaErrorInvalidValue = 1;   // cuPointerGetAttribute on memory CUDA does not know
 constexpr int kAttrMemoryType = 2;               // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kAttrDeviceOrdinal = 9;            // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttrLegacyIpcCapable = 10;        // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
 constexpr unsigned kMemoryTypeDevice = 2;        // CU_MEMORYTYPE_DEVICE
 constexpr int kFlushTargetCurrentCtx = 0;        // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX
 constexpr int kFlushToOwner = 100;               // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER
@@ -105,6 +106,17 @@ bool cudaDeviceOf(const void* p, int* device, std::string* why) {
   }
   *device = ordinal;
   return true;
+}
+
+int cudaLegacyIpcCapable(const void* p, std::string* why) {
+  if (!cudaLoad(why)) return -1;
+  int capable = 0;
+  CUresult r = driver().pointerGetAttribute(&capable, kAttrLegacyIpcCapable, reinterpret_cast<uintptr_t>(p));
+  if (r != kCudaSuccess) {
+    if (why) *why = "cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE) failed: " + errorText(r);
+    return -1;
+  }
+  return capable ? 1 : 0;
 }
 
 bool cudaFlushRdmaWrites(std::string* why) {

@@ -15,6 +15,11 @@ bool cudaLoad(std::string* why);
 // CUDA does not know); false with the reason when the driver could not be asked.
 bool cudaDeviceOf(const void* p, int* device, std::string* why);
 
+// Whether p lies in an allocation that legacy CUDA IPC (cudaIpcGetMemHandle) can export:
+// 1 for cudaMalloc / cuMemAlloc memory, 0 for other memory (cuMem* virtual memory ranges,
+// which NCCL allocates by default since 2.19), -1 with the reason when the driver could not say.
+int cudaLegacyIpcCapable(const void* p, std::string* why);
+
 // Number of CUDA devices, 0 when there is no driver.
 int cudaDeviceCount();
 

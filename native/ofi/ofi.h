@@ -141,7 +141,11 @@ class OfiDomain {
   std::unique_ptr<Impl> impl_;
 };
 
-enum class OfiMemType : uint8_t { kHost = 0, kCuda = 1 };
+// kCudaIpc: CUDA memory registered with FI_HMEM_DEVICE_ONLY, which lets shm move it between
+// processes by CUDA IPC (device to device) instead of copying it through host memory. A process
+// cannot open its own IPC handles: such a region must not be the local side of an operation
+// whose peer is this same process (TSNET_OFI_GPU_IPC, docs/ofi-facts.md).
+enum class OfiMemType : uint8_t { kHost = 0, kCuda = 1, kCudaIpc = 2 };
 
 // A registered region. The remote side addresses byte p of it as remoteAddr(p) with key().
 // Deregistering (the destructor) while operations on the region are in flight is allowed by
@@ -164,6 +168,10 @@ class OfiMr {
   char* base() const { return base_; }
   size_t size() const { return size_; }
   int device() const { return device_; }  // GPU ordinal, -1 for host memory
+  // kCudaIpc asked: whether the region got FI_HMEM_DEVICE_ONLY; when not, why (then it is a
+  // plain kCuda registration: memory legacy CUDA IPC cannot export).
+  bool ipc() const { return ipc_; }
+  const std::string& ipcWhy() const { return ipcWhy_; }
 
  private:
   OfiMr() = default;
@@ -175,6 +183,8 @@ class OfiMr {
   size_t size_ = 0;
   int device_ = -1;
   bool virtAddr_ = false;
+  bool ipc_ = false;
+  std::string ipcWhy_;
 };
 
 // --- endpoints ---

@@ -69,7 +69,8 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
     return nullptr;
   }
   int device = -1;
-  if (type == OfiMemType::kCuda) {
+  bool cuda = type != OfiMemType::kHost;
+  if (cuda) {
     if (!nic.hmem) {
       *err = invalid("OfiMr::reg: GPU memory on " + nic.provider + " " + nic.domain + ", which takes host memory only" +
                      (nic.hmemWhy.empty() ? "" : " (" + nic.hmemWhy + ")"));
@@ -85,19 +86,30 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
       return nullptr;
     }
   }
+  // libfabric's shm exports a FI_HMEM_DEVICE_ONLY region with cudaIpcGetMemHandle, which fails
+  // on cuMem* allocations (it then falls back, without a word, to its copy through host memory).
+  std::string ipcWhy;
+  if (type == OfiMemType::kCudaIpc) {
+    std::string why;
+    int capable = cudaLegacyIpcCapable(base, &why);
+    if (capable != 1) {
+      ipcWhy = capable == 0 ? "not a cudaMalloc allocation (cuMem* memory: NCCL_CUMEM_ENABLE=0 makes NCCL use cudaMalloc)" : why;
+      type = OfiMemType::kCuda;
+    }
+  }
   iovec iov{base, size};
   fi_mr_attr attr{};
   attr.mr_iov = &iov;
   attr.iov_count = 1;
   attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   attr.requested_key = nic.provKey ? 0 : d->nextKey.fetch_add(1);
-  attr.iface = type == OfiMemType::kCuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
-  if (type == OfiMemType::kCuda) attr.device.cuda = device;
+  attr.iface = cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+  if (cuda) attr.device.cuda = device;
   fid_mr* mr = nullptr;
-  int rc = fi_mr_regattr(d->domain, &attr, 0, &mr);
+  int rc = fi_mr_regattr(d->domain, &attr, type == OfiMemType::kCudaIpc ? FI_HMEM_DEVICE_ONLY : 0, &mr);
   if (rc != 0) {
     *err = ofiErrorOf(rc, std::string("fi_mr_regattr of ") + std::to_string(size) + " bytes of " +
-                              (type == OfiMemType::kCuda ? "GPU " + std::to_string(device) : std::string("host")) +
+                              (cuda ? "GPU " + std::to_string(device) : std::string("host")) +
                               " memory",
                       nic.provider);
     return nullptr;
@@ -113,6 +125,8 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
     }
   }
   std::unique_ptr<OfiMr> r(new OfiMr());
+  r->ipc_ = type == OfiMemType::kCudaIpc;
+  r->ipcWhy_ = ipcWhy;
   r->domain_ = domain;
   r->mr_ = mr;
   r->desc_ = fi_mr_desc(mr);

@@ -35,6 +35,14 @@ describe('ofi config', () => {
     expect(read({ TSNET_FLUSH: 'none', OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE: '1' }).flush).toEqual({ method: 'none', all: false });
   });
 
+  it('TSNET_OFI_GPU_IPC: off by default, on with a line that says so', () => {
+    expect(OFI_DEFAULTS.gpuIpc).toBe(false);
+    const { config, lines } = readOfiConfig({ TSNET_OFI_GPU_IPC: 'yes' });
+    expect(config.gpuIpc).toBe(true);
+    expect(lines.join('\n')).toMatch(/CUDA IPC to peers in other processes \(FI_HMEM_DEVICE_ONLY\) = true \(TSNET_OFI_GPU_IPC\)/);
+    expect(() => read({ TSNET_OFI_GPU_IPC: 'maybe' })).toThrow(/TSNET_OFI_GPU_IPC=maybe: expected 0 or 1/);
+  });
+
   it('an empty variable counts as unset', () => {
     expect(read({ OFI_NCCL_EAGER_MAX_SIZE: '', TSNET_FLUSH: '' })).toEqual(OFI_DEFAULTS);
   });

@@ -7,7 +7,11 @@
 // `lagWrites`, which models GPU memory behind PCIe: the completion may come before the data
 // is visible, until a read through that NIC), a send without a posted receive waits for one
 // (RDM flow control), and a failed operation completes with an error entry and the
-// provider's words.
+// provider's words. A write from a CUDA IPC registration (FI_HMEM_DEVICE_ONLY) behaves as
+// libfabric's shm with CUDA does: both completions come before the target's device-to-device
+// copy has run, and the copy reads the source as it is when it runs, which is at the target
+// host's next local read (cudaMemcpy between device buffers returns before the copy ends;
+// the process's next copy out of device memory waits for it).
 //
 // Memory: addresses are numbers mapped to Uint8Arrays, with unmapped gaps between
 // allocations. Keys are checked: a wrong key, a key of another NIC or an access outside the
@@ -97,6 +101,8 @@ interface Reg extends Registration {
   id: number;
   rail: FakeRail;
   kind: 'host' | 'cuda';
+  /** FI_HMEM_DEVICE_ONLY: shm moves it by CUDA IPC, which fails when the peer is this host itself. */
+  ipc: boolean;
   base: number;
   len: number;
 }
@@ -155,6 +161,8 @@ export class FakeRail implements Rail {
   readonly regs = new Map<number, Reg>();
   readonly byKey = new Map<bigint, Reg>();
   readonly lagging: Landing[] = [];
+  /** CUDA IPC writes into this NIC's host whose copy has not run: data is a live view of the source. */
+  readonly ipcPending: Landing[] = [];
   onCompletions: OnCompletions | undefined;
   inject: Injected[] = [];
   /** Operations posted on this rail (for tests that look at what was issued). */
@@ -179,7 +187,7 @@ export class FakeRail implements Rail {
     return this.av.push(Buffer.from(name).toString('hex')) - 1;
   }
 
-  regMr(addr: number, len: number, kind: 'host' | 'cuda'): Registration {
+  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false): Registration {
     if (!this.fabric.memory.view(addr, len)) throw systemError(`fi_mr_reg: [0x${addr.toString(16)}, +${len}) is not mapped (fake: Invalid argument)`);
     const key = (BigInt(this.uid) << 40n) | BigInt(this.nextKey++ * 7919);
     const id = this.fabric.nextDesc++;
@@ -188,6 +196,7 @@ export class FakeRail implements Rail {
       id,
       rail: this,
       kind,
+      ipc: ipc && kind === 'cuda',
       base: addr,
       len,
       desc: id,
@@ -256,6 +265,11 @@ export class FakeRail implements Rail {
   land(): void {
     for (const l of this.lagging.splice(0)) l.dst.set(l.data);
   }
+
+  /** Runs the pending CUDA IPC copies into this NIC's host, from their sources as they are now. */
+  landIpc(): void {
+    for (const l of this.ipcPending.splice(0)) l.dst.set(l.data);
+  }
 }
 
 export class FakeFabric {
@@ -266,6 +280,8 @@ export class FakeFabric {
   readonly hosts: FakeHost[] = [];
   nextDesc = 1;
   steps = 0;
+  /** Writes executed from a CUDA IPC registration. */
+  ipcWrites = 0;
   /** Operations for which this says true wait (a test's way to force an order). */
   hold: ((type: OpType, len: number, imm: number) => boolean) | undefined;
   private readonly byName = new Map<string, FakeRail>();
@@ -295,15 +311,20 @@ export class FakeFabric {
       r.posted.length = 0;
       r.cq.length = 0;
       r.lagging.length = 0;
+      r.ipcPending.length = 0;
     }
     for (let i = this.ops.length - 1; i >= 0; i--) if (this.ops[i].src.host === h) this.ops.splice(i, 1);
   }
 
-  /** Registered memory for a test: a Region over every rail of host h. */
-  region(h: FakeHost, size: number, kind: 'host' | 'cuda' = 'host', id = 1): Region {
+  /**
+   * Registered memory for a test: a Region over every rail of host h. ipc: GPU memory
+   * registered for CUDA IPC, with plain localRegs, as the transport does under TSNET_OFI_GPU_IPC.
+   */
+  region(h: FakeHost, size: number, kind: 'host' | 'cuda' = 'host', id = 1, ipc = false): Region {
     const m = this.memory.alloc(size);
-    const regs = h.rails.map((r) => r.regMr(m.addr, size, kind));
-    return { id, base: m.addr, size, bytes: kind === 'host' ? m.bytes.subarray(0, size) : null, kind, regs };
+    const regs = h.rails.map((r) => r.regMr(m.addr, size, kind, ipc));
+    const localRegs = ipc && kind === 'cuda' ? h.rails.map((r) => r.regMr(m.addr, size, kind)) : undefined;
+    return { id, base: m.addr, size, bytes: kind === 'host' ? m.bytes.subarray(0, size) : null, kind, regs, localRegs };
   }
 
   /** Remote writes into this host region lag like writes into GPU memory (a CPU test of flush). */
@@ -387,14 +408,14 @@ export class FakeFabric {
     return out;
   }
 
-  private remote(op: Op, dst: FakeRail, len: number): { bytes: Uint8Array; lag: boolean } | string {
+  private remote(op: Op, dst: FakeRail, len: number): { bytes: Uint8Array; lag: boolean; cuda: boolean } | string {
     const key = (BigInt(op.keyHi >>> 0) << 32n) | BigInt(op.keyLo >>> 0);
     const reg = dst.byKey.get(key);
     if (!reg) return `Remote access error: key 0x${key.toString(16)} is not registered at the target (Permission denied)`;
     const addr = (this.opts.virtAddr ?? true) ? op.raddr : reg.base + op.raddr;
     if (addr < reg.base || addr + len > reg.base + reg.len)
       return `Remote access error: [0x${addr.toString(16)}, +${len}) is outside key 0x${key.toString(16)}'s registration (Permission denied)`;
-    return { bytes: this.memory.view(addr, len)!, lag: reg.kind === 'cuda' || this.laggy.has(reg.base) };
+    return { bytes: this.memory.view(addr, len)!, lag: reg.kind === 'cuda' || this.laggy.has(reg.base), cuda: reg.kind === 'cuda' };
   }
 
   // Executes ops[k]; false when it must wait (no posted receive at its target).
@@ -410,6 +431,11 @@ export class FakeFabric {
     if (!dst) {
       this.ops.splice(k, 1);
       this.fail(op, -22, `fi_${op.type}: peer ${op.peer} is not in the address vector (Invalid argument)`);
+      return true;
+    }
+    if (dst.host === op.src.host && op.iov.some((v) => op.src.regs.get(v[2])?.ipc)) {
+      this.ops.splice(k, 1);
+      this.fail(op, -22, `fi_${op.type}: a CUDA IPC registration used with this process itself (fake shm: cudaIpcOpenMemHandle: invalid context)`);
       return true;
     }
     if (dst.host.dead) {
@@ -453,6 +479,7 @@ export class FakeFabric {
     if (op.type === 'read') {
       this.ops.splice(k, 1);
       dst.land(); // a read through a NIC is ordered after the writes that NIC delivered
+      if (dst.host === op.src.host) for (const r of dst.host.rails) r.landIpc(); // and a local read after the IPC copies
       src[0].set(target.bytes);
       op.src.cq.push({ token: op.token, status: 0, flags: CqFlag.READ, len, imm: 0 });
       return true;
@@ -465,7 +492,11 @@ export class FakeFabric {
       rxToken = dst.posted.shift()!.token;
     }
     this.ops.splice(k, 1);
-    if (this.opts.lagWrites && target.lag && len > 0) dst.lagging.push({ rail: dst, dst: target.bytes, data: src[0].slice() });
+    const ipc = len > 0 && op.src.regs.get(op.iov[0][2])?.ipc === true;
+    if (ipc) this.ipcWrites++;
+    // Device to host (a registration of host memory at the target) is a synchronous copy.
+    if (ipc && target.cuda) dst.ipcPending.push({ rail: dst, dst: target.bytes, data: src[0] });
+    else if (this.opts.lagWrites && target.lag && len > 0) dst.lagging.push({ rail: dst, dst: target.bytes, data: src[0].slice() });
     else target.bytes.set(src[0]);
     if (hasImm)
       dst.cq.push({

@@ -45,8 +45,8 @@ export class Side {
     readonly ep: OfiEndpoint,
   ) {}
 
-  region(size: number, kind: 'host' | 'cuda' = 'host'): Region {
-    return this.world.fabric.region(this.host, size, kind);
+  region(size: number, kind: 'host' | 'cuda' = 'host', ipc = false): Region {
+    return this.world.fabric.region(this.host, size, kind, 1, ipc);
   }
 
   has(...slots: number[]): boolean {
@@ -105,6 +105,7 @@ export class World {
       maxComms: this.opts.maxComms,
       flushScratch: this.opts.flushScratch ? this.fabric.region(host, 64 * nics, 'cuda', 999) : null,
       gpuEager: this.opts.gpuEager,
+      pid: 1000 + this.sides.length, // each fake host is its own process
     });
     for (const r of host.rails) r.onCompletions = ep.onCompletions;
     const s = new Side(this, host, ep);

@@ -5,6 +5,7 @@ import { NetError } from '../../plugin/errors';
 import {
   ACCEPT_BYTES,
   CONNECT_BYTES,
+  CONNECT_GPU_IPC,
   HANDLE_BYTES,
   MsgKind,
   SEGS_CTRL,
@@ -93,6 +94,8 @@ describe('CONNECT and ACCEPT', () => {
       comm: 300,
       rails: 4,
       eagerMax: -1,
+      flags: CONNECT_GPU_IPC,
+      pid: 0xfffe_0001,
       mailboxAddr: 0x7fff_1234_5000,
       mailboxKeys: [0, 1, 2, 3].map((i) => ({ lo: 0xffff0000 + i, hi: i })),
       names: [1, 2, 3, 4].map(name),
@@ -100,7 +103,7 @@ describe('CONNECT and ACCEPT', () => {
     const n = encodeConnect(c, out);
     expect(n).toBeLessThanOrEqual(CONNECT_BYTES);
     expect(decodeConnect(out.subarray(0, n))).toEqual(c);
-    const a = { connectorNonce: 2, comm: 9, rails: 2, eagerCapacity: 8192, names: [5, 6].map(name) };
+    const a = { connectorNonce: 2, comm: 9, rails: 2, eagerCapacity: 8192, pid: 4242, names: [5, 6].map(name) };
     const m = encodeAccept(a, out);
     expect(m).toBeLessThanOrEqual(ACCEPT_BYTES);
     expect(decodeAccept(out.subarray(0, m))).toEqual(a);
@@ -108,10 +111,11 @@ describe('CONNECT and ACCEPT', () => {
 
   it('says what is wrong with a bad message', () => {
     expect(decodeConnect(new Uint8Array(10))).toMatch(/10 bytes/);
-    expect(decodeConnect(new Uint8Array(64))).toMatch(/bad magic/);
+    expect(decodeConnect(new Uint8Array(64))).toMatch(/64 bytes/);
+    expect(decodeConnect(new Uint8Array(72))).toMatch(/bad magic/);
     expect(decodeAccept(new Uint8Array(64))).toMatch(/bad magic/);
     const out = new Uint8Array(512);
-    const m = encodeAccept({ connectorNonce: 2, comm: 9, rails: 1, eagerCapacity: 0, names: [name(1)] }, out);
+    const m = encodeAccept({ connectorNonce: 2, comm: 9, rails: 1, eagerCapacity: 0, pid: 1, names: [name(1)] }, out);
     expect(decodeAccept(out.subarray(0, m - 1))).toMatch(/names of 16 bytes/);
     out[20] = 1;
     expect(decodeAccept(out.subarray(0, m))).toMatch(/refused/);

@@ -19,6 +19,8 @@ const OP_NAMES: Record<number, string> = {
   [OpKind.FLUSH_WRITE]: 'flush write',
   [OpKind.FLUSH_READ]: 'flush read',
   [OpKind.MESSAGE]: 'message send',
+  [OpKind.FENCE]: 'CUDA IPC fence (local RDMA read)',
+  [OpKind.ACK]: 'CUDA IPC acknowledgement write',
 };
 
 export const noComplete: Complete = () => {};

@@ -19,6 +19,12 @@ export interface OfiConfig {
   bouncePosted: number;
   /** Flush policy (TSNET_FLUSH, OFI_NCCL_GDR_FLUSH_DISABLE, OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE). */
   flush: FlushMode;
+  /**
+   * TSNET_OFI_GPU_IPC: register GPU memory with FI_HMEM_DEVICE_ONLY as well, so that shm moves
+   * it between processes by CUDA IPC (device to device); written sends from it then complete
+   * on the receiver's acknowledgement. A peer in this same process gets the plain registration.
+   */
+  gpuIpc: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -34,6 +40,7 @@ export const OFI_DEFAULTS: OfiConfig = {
   forceRails: 0,
   bouncePosted: 64,
   flush: { method: 'read', all: false },
+  gpuIpc: false,
 };
 
 function int(env: Env, name: string, min: number, max: number): number | undefined {
@@ -97,5 +104,9 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const what = flush.method === 'none' ? 'none' : `${flush.method} of ${flush.all ? 'every' : 'GPU'} receive`;
   note('flush', what, why, why !== '');
 
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush }, lines };
+  const ipc = bool(env, 'TSNET_OFI_GPU_IPC');
+  const gpuIpc = ipc ?? d.gpuIpc;
+  if (gpuIpc) note('GPU memory moved by CUDA IPC to peers in other processes (FI_HMEM_DEVICE_ONLY)', true, 'TSNET_OFI_GPU_IPC', true);
+
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush, gpuIpc }, lines };
 }

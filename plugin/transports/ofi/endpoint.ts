@@ -43,6 +43,12 @@ export interface EndpointOptions {
    * SIGSEGV. Where false, such sends wait for their control message and are written.
    */
   gpuEager?: boolean;
+  /**
+   * This process's id (default process.pid). CONNECT and ACCEPT carry it: CUDA IPC
+   * (TSNET_OFI_GPU_IPC) is used only with a peer in another process, as a process cannot open
+   * its own IPC handles. Tests give their fake hosts different ids.
+   */
+  pid?: number;
 }
 
 /** Host memory the transport allocated and registered on every NIC. */
@@ -71,6 +77,8 @@ export class OfiEndpoint {
   readonly eagerCapacity: number;
   /** A send from GPU memory may go eager (EndpointOptions.gpuEager). */
   readonly gpuEager: boolean;
+  /** EndpointOptions.pid. */
+  readonly pid: number;
 
   private readonly comms: (OfiComm | undefined)[];
   /** The same comms, for ticking. */
@@ -110,6 +118,7 @@ export class OfiEndpoint {
     this.line = this.allocShared(LINE_BYTES);
     this.flushScratch = opts.flushScratch ?? null;
     this.gpuEager = opts.gpuEager ?? true;
+    this.pid = (opts.pid ?? process.pid) >>> 0;
     const eager = this.config.eagerMax;
     this.eagerCapacity = eager < 0 ? -1 : eager;
     const bufBytes = Math.max(Math.ceil(Math.max(eager, 0) / 64) * 64, CONNECT_BYTES, ACCEPT_BYTES);

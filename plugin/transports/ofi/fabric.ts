@@ -27,6 +27,12 @@ export interface Registration {
   readonly keyHi: number;
   /** The remote address of a byte of the region (virtual address or offset, per mr_mode). */
   remote(addr: number): number;
+  /**
+   * regMr with ipc: whether the registration is for CUDA IPC. False (with ipcWhy) when legacy
+   * CUDA IPC cannot export the memory (cuMem* allocations): then it is a plain registration.
+   */
+  readonly ipc?: boolean;
+  readonly ipcWhy?: string;
 }
 
 /** Registered host memory that the transport owns (bounce, mailbox, flush lines). */
@@ -44,8 +50,13 @@ export interface Rail {
   readonly index: number;
   /** fi_av_insert: the peer id that names this address in later calls. Inserting the same name twice may return the same id. */
   insertPeer(name: Uint8Array): number;
-  /** fi_mr_reg with FI_SEND|FI_RECV|FI_READ|FI_WRITE|FI_REMOTE_READ|FI_REMOTE_WRITE; throws NetError on failure. */
-  regMr(addr: number, len: number, kind: 'host' | 'cuda'): Registration;
+  /**
+   * fi_mr_reg with FI_SEND|FI_RECV|FI_READ|FI_WRITE|FI_REMOTE_READ|FI_REMOTE_WRITE; throws
+   * NetError on failure. ipc (GPU memory only): with FI_HMEM_DEVICE_ONLY, so that shm moves it
+   * by CUDA IPC; such a registration must not be the local side of an operation with this
+   * process itself (Region.localRegs).
+   */
+  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc?: boolean): Registration;
   deregMr(reg: Registration): void;
   /** Registered, page-aligned host memory. */
   alloc(bytes: number): HostBuffer;
@@ -107,6 +118,11 @@ export interface Region {
   readonly kind: 'host' | 'cuda';
   /** One registration per rail (physical NIC) of the device. */
   readonly regs: Registration[];
+  /**
+   * TSNET_OFI_GPU_IPC: regs are FI_HMEM_DEVICE_ONLY registrations, and these plain ones are the
+   * local side of the operations whose peer is this process (eager copies into the region).
+   */
+  readonly localRegs?: Registration[];
 }
 
 /** One buffer of a request: bytes [offset, offset+size) of region (null only with size 0). */

@@ -16,6 +16,9 @@ export interface MrAnswer {
   key: bigint;
   /** The remote address of the region's first byte (its address, or 0 where remote addresses are offsets). */
   remoteBase: number;
+  /** ipc asked: whether the region got FI_HMEM_DEVICE_ONLY, and if not, why. */
+  ipc?: boolean;
+  ipcWhy?: string;
 }
 
 /** A NIC as ofiOpen describes it. */
@@ -45,7 +48,7 @@ export interface OfiBinding extends EngineBinding {
   ofiOpen(opts: { provider?: string; hmem: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
   ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
-  ofiRegMr(lane: number, addr: number, len: number, cuda: boolean): MrAnswer;
+  ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean): MrAnswer;
   ofiDeregMr(mr: number): void;
   ofiAlloc(lane: number, bytes: number): MrAnswer & { addr: number; buffer: ArrayBuffer };
   ofiLastError(lane: number): string;
@@ -59,7 +62,7 @@ function netError(e: unknown): NetError {
 }
 
 function registration(a: MrAnswer, base: number): Registration {
-  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base) };
+  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base), ipc: a.ipc, ipcWhy: a.ipcWhy };
 }
 
 export class NativeRail implements Rail, CqeHandler {
@@ -107,9 +110,9 @@ export class NativeRail implements Rail, CqeHandler {
     }
   }
 
-  regMr(addr: number, len: number, kind: 'host' | 'cuda'): Registration {
+  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false): Registration {
     try {
-      return registration(this.binding.ofiRegMr(this.lane, addr, len, kind === 'cuda'), addr);
+      return registration(this.binding.ofiRegMr(this.lane, addr, len, kind === 'cuda', ipc && kind === 'cuda'), addr);
     } catch (e) {
       throw netError(e);
     }

@@ -19,6 +19,13 @@ export const enum OpKind {
   FLUSH_READ = 6,
   /** CONNECT, ACCEPT or HEARTBEAT: nothing to do but notice errors; a = SETUP_MESSAGE for CONNECT and ACCEPT. */
   MESSAGE = 7,
+  /**
+   * CUDA IPC: a local read of a written receive's GPU buffer, ordered after the device-to-device
+   * copies that wrote it (a = receive sequence).
+   */
+  FENCE = 8,
+  /** CUDA IPC: the acknowledgement of a fenced receive, written into the sender's mailbox (a = receive sequence). */
+  ACK = 9,
 }
 
 /** MESSAGE ops' a for CONNECT and ACCEPT: their loss is repaired by sending CONNECT again. */

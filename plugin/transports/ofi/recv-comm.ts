@@ -6,6 +6,9 @@
 // local RDMA read). A message that matches no posted receive yet is parked and offered each
 // new receive; it never holds back later messages, so a receiver that posts one receive at a
 // time cannot deadlock. iflush reads (or writes then reads) through every NIC of the comm.
+// With a sender that moves GPU memory by CUDA IPC, a receive that was written completes only
+// after a fence (a local read of its GPU buffer through every NIC of the comm), and then the
+// sender is told (an acknowledgement write) that it may reuse the buffers it sent from.
 // Completions are queued and reported when the outermost call returns, so a completion
 // callback may post the next request.
 import { ResultCode } from '../../abi';
@@ -23,9 +26,11 @@ import { FLUSH_LINE, FlushAction, flushAction, flushBytes } from './policy/flush
 import { CtrlRails } from './policy/rails';
 import {
   type Connect,
+  CONNECT_GPU_IPC,
   ENTRY_WORDS,
   MAX_RECVS,
   MsgKind,
+  SEGS_ACK,
   SEGS_CTRL,
   SEGS_TOO_BIG,
   SLOT_BYTES,
@@ -77,6 +82,10 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private readonly rN = new Uint8Array(RING);
   private readonly rDone = new Uint8Array(RING);
   private readonly rCode = new Uint8Array(RING);
+  /** CUDA IPC: fence reads in flight per receive. */
+  private readonly rFence = new Uint8Array(RING);
+  /** The sender moves GPU memory by CUDA IPC: fence written receives and acknowledge them. */
+  private readonly acks: boolean;
   // Sub-receives, by receive slot x 8 + index.
   private readonly sRegion: (Region | null)[] = new Array(RING * MAX_RECVS).fill(null);
   private readonly sOffset = new Float64Array(RING * MAX_RECVS);
@@ -132,13 +141,21 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       this.mbKeyHi[l] = k.hi;
     }
     this.ctrlRails = new CtrlRails(this.rails, ep.config.rrCtrl);
+    this.acks = (c.flags & CONNECT_GPU_IPC) !== 0 && c.pid !== ep.pid;
   }
 
   /** Answers the connector: this comm's id, rails, names and eager capacity. */
   sendAccept(connectorNonce: number): void {
     const out = this.mem.bytes!.subarray(ACCEPT_AT, ACCEPT_AT + 512);
     const len = encodeAccept(
-      { connectorNonce, comm: this.id, rails: this.ep.railCount, eagerCapacity: this.ep.eagerCapacity, names: this.ep.rails.map((r) => r.name) },
+      {
+        connectorNonce,
+        comm: this.id,
+        rails: this.ep.railCount,
+        eagerCapacity: this.ep.eagerCapacity,
+        pid: this.ep.pid,
+        names: this.ep.rails.map((r) => r.name),
+      },
       out,
     );
     const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, this.nic[0], SETUP_MESSAGE, 0, 0);
@@ -186,6 +203,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     this.rN[w] = n;
     this.rDone[w] = 0;
     this.rCode[w] = ResultCode.SUCCESS;
+    this.rFence[w] = 0;
     const ep = this.ep;
     const line = ep.line;
     const st = this.st32;
@@ -363,7 +381,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const nic = pool.rail(id);
     const chunk = pool.chunk(id);
     const token = ep.ops.alloc(OpKind.EAGER_COPY, this.id, this.serial, nic, this.rSeq[w], sub - w * MAX_RECVS, id);
-    ep.rails[nic].read(ep.selfPeer[nic], region.base + this.sOffset[sub], len, region.regs[nic].desc, chunk.reg.remote(chunk.addr + from), chunk.reg.keyLo, chunk.reg.keyHi, token);
+    ep.rails[nic].read(ep.selfPeer[nic], region.base + this.sOffset[sub], len, (region.localRegs ?? region.regs)[nic].desc, chunk.reg.remote(chunk.addr + from), chunk.reg.keyLo, chunk.reg.keyHi, token);
   }
 
   private misfit(w: number, sub: number, len: number): void {
@@ -377,6 +395,52 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private subDone(w: number, sub: number): void {
     this.sState[sub] = Sub.DONE;
     if (++this.rDone[w] < this.rN[w]) return;
+    if (this.acks && this.fence(w)) return;
+    this.finish(w);
+  }
+
+  /** The first sub-receive of receive slot w that data writes filled (not eager, not "did not fit"), of GPU memory if gpu; -1: none. */
+  private writtenSub(w: number, gpu: boolean): number {
+    for (let i = 0; i < this.rN[w]; i++) {
+      const sub = w * MAX_RECVS + i;
+      if (this.sExpect[sub] > 0 && this.sBytes[sub] > 0 && (!gpu || this.sRegion[sub]?.kind === 'cuda')) return sub;
+    }
+    return -1;
+  }
+
+  // CUDA IPC: libfabric's shm moves a written GPU buffer with a device-to-device cudaMemcpy,
+  // which returns (and both sides' completions come) before the copy has run. A later copy
+  // out of device memory in this process waits for it (one default stream): a local read of
+  // one line of a written GPU sub-receive through every NIC of the comm. The receive
+  // completes, and is acknowledged, when those reads are done. False: nothing to fence.
+  private fence(w: number): boolean {
+    const sub = this.writtenSub(w, true);
+    if (sub < 0) return false;
+    const ep = this.ep;
+    const region = this.sRegion[sub]!;
+    const regs = region.localRegs ?? region.regs;
+    const at = region.base + this.sOffset[sub];
+    this.rFence[w] = this.nics;
+    for (let nic = 0; nic < this.nics; nic++) {
+      const token = ep.ops.alloc(OpKind.FENCE, this.id, this.serial, nic, this.rSeq[w], 0, 0);
+      const reg = regs[nic];
+      ep.rails[nic].read(ep.selfPeer[nic], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic, flushBytes(this.sBytes[sub]), ep.line.regs[nic].desc, reg.remote(at), reg.keyLo, reg.keyHi, token);
+    }
+    return true;
+  }
+
+  /** CUDA IPC: tells the sender that receive r is complete and fenced (0 bytes into its mailbox). */
+  private acknowledge(r: number): void {
+    const ep = this.ep;
+    const l = this.ctrlRails.pick();
+    const nic = this.nic[l];
+    const token = ep.ops.alloc(OpKind.ACK, this.id, this.serial, nic, r, 0, 0);
+    this.wroteAt = ep.now;
+    ep.rails[nic].write(this.peer[l], ep.line.base + ep.zeroAt, 0, ep.line.regs[nic].desc, this.mailboxAddr, this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token);
+  }
+
+  private finish(w: number): void {
+    if (this.acks && this.writtenSub(w, false) >= 0) this.acknowledge(this.rSeq[w]);
     this.rLive[w] = 0;
     this.live--;
     while (this.oldestOpen < this.nextSeq && !this.rLive[this.oldestOpen % RING]) this.oldestOpen++;
@@ -407,11 +471,11 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     for (let nic = 0; nic < this.nics; nic++) {
       if (action === FlushAction.READ) {
         const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, nic, f, 0, 0);
-        const reg = region.regs[nic];
+        const reg = (region.localRegs ?? region.regs)[nic];
         ep.rails[nic].read(ep.selfPeer[nic], line.base + FLUSH_READ_AT + FLUSH_LINE * nic, flushBytes(b!.size), line.regs[nic].desc, reg.remote(region.base + b!.offset), reg.keyLo, reg.keyHi, token);
       } else {
         const { target, at } = this.scratch(nic);
-        const reg = target.regs[nic];
+        const reg = (target.localRegs ?? target.regs)[nic];
         const token = ep.ops.alloc(OpKind.FLUSH_WRITE, this.id, this.serial, nic, f, nic, 0);
         ep.rails[nic].write(ep.selfPeer[nic], line.base + FLUSH_SRC_AT + FLUSH_LINE * nic, FLUSH_LINE, line.regs[nic].desc, reg.remote(at), reg.keyLo, reg.keyHi, -1, token);
       }
@@ -450,9 +514,12 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       // The write is done: now read that line back through the same NIC.
       const ep = this.ep;
       const { target, at } = this.scratch(b);
-      const reg = target.regs[b];
+      const reg = (target.localRegs ?? target.regs)[b];
       const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, b, a, 0, 0);
       ep.rails[b].read(ep.selfPeer[b], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b, FLUSH_LINE, ep.line.regs[b].desc, reg.remote(at), reg.keyLo, reg.keyHi, token);
+    } else if (kind === OpKind.FENCE) {
+      const w = a % RING;
+      if (this.rLive[w] && this.rSeq[w] === a && --this.rFence[w] === 0) this.finish(w);
     } else if (kind === OpKind.FLUSH_READ) {
       if (--this.fLeft[a] === 0) {
         this.flushes--;

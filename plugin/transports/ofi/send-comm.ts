@@ -7,7 +7,11 @@
 // receiver's bounce buffers with an 8-byte header (eager ordinal, first receive this side did
 // not know, tag), from which the receiver finds the same entry this side will match it to
 // once the control message comes. A written send completes when its writes complete; an eager
-// one when its send completed and its control message matched it.
+// one when its send completed and its control message matched it. With CUDA IPC
+// (TSNET_OFI_GPU_IPC, a peer in another process) a written send from GPU memory completes
+// only when the receiver acknowledges its receive as fenced: libfabric's shm reports such a
+// write complete before the target's device-to-device copy has read the source, and NCCL
+// reuses a send buffer as soon as its send completes (docs/rdma-protocol.md).
 import { ResultCode } from '../../abi';
 import { type NetError, internalError, invalidUsage, systemError } from '../../errors';
 import { log } from '../../log';
@@ -28,7 +32,9 @@ import {
   ENTRY_TAG,
   ENTRY_WORDS,
   MAILBOX_SLOTS,
+  CONNECT_GPU_IPC,
   MsgKind,
+  SEGS_ACK,
   SEGS_CTRL,
   SEGS_TOO_BIG,
   SLOT_BYTES,
@@ -41,6 +47,7 @@ import {
   immSeq,
   immWrite,
   unwrapAfter,
+  unwrapBefore,
 } from './wire';
 
 /** Sends a comm may have in flight (NCCL: 32 requests x 8 sub-receives). */
@@ -64,6 +71,9 @@ class SendRec {
   matched = false;
   /** Operations posted and not completed. */
   left = 0;
+  /** CUDA IPC: waits for the receiver's acknowledgement of receive `recv`. */
+  ack = false;
+  recv = 0;
   code: ResultCode = ResultCode.SUCCESS;
   live = false;
   constructor(readonly index: number) {}
@@ -93,6 +103,13 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   private readonly schedule = new Schedule();
   private readonly sizes = [0];
   private readonly hdr: DataView;
+  /**
+   * CUDA IPC with this peer: GPU memory is written from its IPC registration and the sends
+   * wait for acknowledgements; else every operation uses the plain registration.
+   */
+  private ipc = false;
+  /** CUDA IPC: send records waiting for an acknowledgement, by receive sequence mod MAILBOX_SLOTS. */
+  private readonly ackWait: number[][] = Array.from({ length: MAILBOX_SLOTS }, () => []);
 
   constructor(ep: OfiEndpoint) {
     super(ep, 'send');
@@ -129,6 +146,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
         comm: this.id,
         rails: this.ep.railCount,
         eagerMax: this.ep.config.eagerMax,
+        flags: this.ep.config.gpuIpc ? CONNECT_GPU_IPC : 0,
+        pid: this.ep.pid,
         mailboxAddr: this.mem.regs[0].remote(this.mem.base),
         mailboxKeys: this.mem.regs.map((r) => ({ lo: r.keyLo, hi: r.keyHi })),
         names: this.ep.rails.map((r) => r.name),
@@ -166,11 +185,16 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     }
     this.setPeers(a.comm, a.rails, a.names);
     this.eagerMax = eagerLimit(this.ep.config.eagerMax, a.eagerCapacity);
+    // The listener saw our CONNECT_GPU_IPC and pid, and decides the same way.
+    this.ipc = this.ep.config.gpuIpc && a.pid !== this.ep.pid;
     const maxMsg = Math.min(...this.ep.rails.map((r) => r.maxMsgSize));
     this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg);
     this.connected = true;
     this.heard();
-    log.info(`${this.name}: connected to comm ${a.comm}, ${this.rails} rail(s), eager up to ${this.eagerMax} bytes`);
+    log.info(
+      `${this.name}: connected to comm ${a.comm}, ${this.rails} rail(s), eager up to ${this.eagerMax} bytes` +
+        (this.ep.config.gpuIpc ? (this.ipc ? ', GPU memory by CUDA IPC' : ', no CUDA IPC (the peer is this process)') : ''),
+    );
   }
 
   get pending(): number {
@@ -201,7 +225,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     rec.offset = buf.offset;
     rec.size = buf.size;
     rec.tag = buf.tag;
-    rec.eager = rec.waiting = rec.matched = false;
+    rec.eager = rec.waiting = rec.matched = rec.ack = false;
     rec.left = 0;
     rec.code = ResultCode.SUCCESS;
     rec.live = true;
@@ -235,6 +259,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     const nic = this.nic[l];
     const src = rec.region ?? ep.line;
     const addr = rec.region ? rec.region.base + rec.offset : ep.line.base + ep.zeroAt;
+    // Never the IPC registration: an eager send is not acknowledged.
+    const regs = src.localRegs ?? src.regs;
     rec.left = 1;
     this.wroteAt = ep.now;
     const token = ep.ops.alloc(OpKind.EAGER, this.id, this.serial, nic, rec.index, 0, 0);
@@ -245,7 +271,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       this.mem.regs[nic].desc,
       addr,
       rec.size,
-      src.regs[nic].desc,
+      regs[nic].desc,
       immMsg(MsgKind.EAGER, this.peerComm),
       token,
     );
@@ -256,6 +282,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   onRemoteWrite(_rail: number, imm: number, len: number): void {
     if (this.failed) return;
     this.heard();
+    if (immSegs(imm) === SEGS_ACK && this.ipc) return this.onAck(unwrapBefore(this.matcher.known - 1, immSeq(imm), 10));
     if (immSegs(imm) !== SEGS_CTRL) return this.protocolError(`a data write (immediate 0x${imm.toString(16)}) reached a send comm`);
     const known = this.matcher.known;
     const seq = unwrapAfter(known, immSeq(imm), 10);
@@ -283,6 +310,20 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
 
   onFull(_recv: number): void {}
 
+  /** CUDA IPC: receive recv is fenced at the receiver, so the sends written into it have been read. */
+  private onAck(recv: number): void {
+    const list = this.ackWait[recv % MAILBOX_SLOTS];
+    let keep = 0;
+    for (let k = 0; k < list.length; k++) {
+      const rec = this.recs[list[k]];
+      if (rec.live && rec.ack && rec.recv === recv) {
+        rec.ack = false;
+        this.settle(rec);
+      } else list[keep++] = list[k];
+    }
+    list.length = keep;
+  }
+
   /** send takes entry `index` of receive `recv`: write it there, or (eager) it is delivered. */
   onMatch(rec: SendRec, recv: number, index: number): void {
     if (this.failed) return;
@@ -303,6 +344,9 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     const raddr = this.mb32[e + ENTRY_ADDR_LO] + this.mb32[e + ENTRY_ADDR_HI] * 2 ** 32;
     const src = rec.region ?? ep.line;
     const base = rec.region ? rec.region.base + rec.offset : ep.line.base + ep.zeroAt;
+    // CUDA IPC only for bytes to move (a 0-byte or "did not fit" write goes from the plain registration).
+    const ipc = this.ipc && src.localRegs !== undefined && rec.size > 0 && rec.size <= room;
+    const regs = ipc ? src.regs : (src.localRegs ?? src.regs);
     const sch = this.schedule;
     let segs = 0;
     if (rec.size > room) {
@@ -319,6 +363,12 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       return;
     } else segs = sch.n;
     rec.left = sch.n;
+    if (ipc) {
+      // The receiver acknowledges receive recv once it is complete and fenced.
+      rec.ack = true;
+      rec.recv = recv;
+      this.ackWait[recv % MAILBOX_SLOTS].push(rec.index);
+    }
     this.wroteAt = ep.now;
     for (let i = 0; i < sch.n; i++) {
       const l = sch.rail[i];
@@ -328,7 +378,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
         this.peer[l],
         base + sch.offset[i],
         sch.len[i],
-        src.regs[nic].desc,
+        regs[nic].desc,
         raddr + sch.offset[i],
         this.mb32[e + ENTRY_KEYS + 2 * l],
         this.mb32[e + ENTRY_KEYS + 2 * l + 1],
@@ -357,7 +407,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   }
 
   private settle(rec: SendRec): void {
-    if (rec.left > 0 || (rec.eager && !rec.matched)) return;
+    if (rec.left > 0 || (rec.eager && !rec.matched) || rec.ack) return;
     rec.live = false;
     rec.region = null;
     this.live--;
@@ -381,6 +431,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       rec.live = false;
       rec.region = null;
     }
+    for (const l of this.ackWait) l.length = 0;
     this.live = 0;
     this.matcher.clear();
     this.eagerQueued = this.waiting = 0;

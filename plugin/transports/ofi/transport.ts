@@ -14,7 +14,7 @@ import { groupGuid } from '../guid';
 import type { CommHooks, Connector, Device, Listener, RecvComm, SendComm, Traits, Transport } from '../transport';
 import type { OfiConfig } from './config';
 import { OfiEndpoint } from './endpoint';
-import type { Complete, OnCompletions, RecvComm as OfiRecv, ReqBuf, SendComm as OfiSend } from './fabric';
+import type { Complete, OnCompletions, RecvComm as OfiRecv, Registration, ReqBuf, SendComm as OfiSend } from './fabric';
 import { NativeRail, type OfiBinding, type OfiNicInfo } from './native-rail';
 
 /** The engine's answer to ofiOpen, read once per process (thread 0 logs it). */
@@ -115,6 +115,8 @@ export class OfiTransport implements Transport {
   readonly traits: Traits;
   readonly devices: OfiDevice[];
   private readonly endpoints: (OfiEndpoint | undefined)[];
+  /** TSNET_OFI_GPU_IPC: reasons already logged why memory could not be shared by CUDA IPC. */
+  private readonly ipcRefused = new Set<string>();
   /** The native rails of each device's endpoint (closed by release). */
   private readonly railsOf: NativeRail[][];
   private portRef: Port | undefined;
@@ -217,21 +219,39 @@ export class OfiTransport implements Transport {
 
   register(region: Region, dev: number): void {
     const ep = this.ep(dev);
-    const regs = [];
+    const ipc = this.ofi.gpuIpc && region.kind === 'cuda';
+    const regs: Registration[] = [];
+    const local: Registration[] = [];
+    let shared = ipc;
     try {
-      for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind));
+      for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind, ipc));
+      // The answer is the pointer's, the same on every NIC.
+      shared = ipc && regs.every((g) => g.ipc !== false);
+      if (ipc && !shared) {
+        // Memory CUDA IPC cannot export got plain registrations: it moves through host memory.
+        const why = regs.find((g) => g.ipc === false)?.ipcWhy ?? 'not exportable';
+        if (!this.ipcRefused.has(why)) {
+          this.ipcRefused.add(why);
+          log.info(`ofi: TSNET_OFI_GPU_IPC: ${region.size} bytes of GPU memory at 0x${region.base.toString(16)} cannot be shared by CUDA IPC (${why}); such memory moves through host memory`);
+        }
+      }
+      if (shared) for (const r of ep.rails) local.push(r.regMr(region.base, region.size, region.kind));
     } catch (e) {
       regs.forEach((reg, i) => ep.rails[i].deregMr(reg));
+      local.forEach((reg, i) => ep.rails[i].deregMr(reg));
       throw e;
     }
     region.regs = regs;
+    region.localRegs = shared ? local : undefined;
   }
 
   deregister(region: Region, dev: number): void {
     const ep = this.endpoints[dev];
     if (!ep) return;
     region.regs.forEach((reg, i) => ep.rails[i].deregMr(reg as never));
+    (region.localRegs as Registration[] | undefined)?.forEach((reg, i) => ep.rails[i].deregMr(reg));
     region.regs = [];
+    region.localRegs = undefined;
   }
 
   poll(): void {

@@ -4,17 +4,18 @@
 // immediate data of a remote write (32 bits):
 //   bits 0-9 message sequence mod 1024 | 10-24 comm id | 25-27 sub-receive index | 28-31 segments
 //   segments 1..14: a data segment of that many; 0: a control message (index = n - 1);
-//   15: the send did not fit its sub-receive (0 bytes written)
+//   15 into a receive comm: the send did not fit its sub-receive (0 bytes written);
+//   15 into a send comm: receive `sequence` is complete and fenced (CUDA IPC acknowledgement)
 // immediate data of a two-sided message (32 bits): bits 0-14 comm or listener id | 15-17 kind
 // handle (80 bytes): u32 'TSNO', u16 version, u8 name length, u8 NICs, u16 listener id, u16 0,
 //   u32 nonce, 64-byte rail-0 endpoint name
-// CONNECT (<= 320 bytes) and ACCEPT (<= 288 bytes): see encodeConnect / encodeAccept
+// CONNECT (<= 328 bytes) and ACCEPT (<= 288 bytes): see encodeConnect / encodeAccept
 // control entry (64 bytes, one per sub-receive): see ENTRY_* word offsets
 // eager header (8 bytes): u16 eager ordinal, u16 base receive sequence, i32 tag
 import { invalidArgument } from '../../errors';
 import { MAX_RAILS } from './config';
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 export const NAME_BYTES = 64;
 
 // ---- immediate data ----------------------------------------------------------------------
@@ -27,6 +28,8 @@ export const MAX_COMMS = 1 << COMM_BITS;
 export const COMM_MASK = MAX_COMMS - 1;
 export const SEGS_CTRL = 0;
 export const SEGS_TOO_BIG = 15;
+/** The same value into a send comm: the receive named by the sequence is complete and fenced. */
+export const SEGS_ACK = 15;
 
 export const immWrite = (comm: number, seq: number, index: number, segs: number): number =>
   ((seq & SEQ_MASK) | (comm << 10) | (index << 25) | (segs << 28)) >>> 0;
@@ -123,27 +126,36 @@ export function decodeHandle(b: Uint8Array): Handle {
 
 export const CONNECT_MAGIC = 0x434e5354; // 'TSNC'
 export const ACCEPT_MAGIC = 0x414e5354; // 'TSNA'
-export const CONNECT_BYTES = 64 + MAX_RAILS * NAME_BYTES;
+const CONNECT_HEADER = 72;
+export const CONNECT_BYTES = CONNECT_HEADER + MAX_RAILS * NAME_BYTES;
+/**
+ * CONNECT flag: the connector's GPU memory is registered for CUDA IPC (TSNET_OFI_GPU_IPC), so a
+ * written send completes only when the receiver acknowledges it (docs/rdma-protocol.md).
+ */
+export const CONNECT_GPU_IPC = 1;
 export const ACCEPT_BYTES = 32 + MAX_RAILS * NAME_BYTES;
 
-/** What a connector tells the listener: its rails, comm id, mailbox and eager limit. */
+/** What a connector tells the listener: its rails, comm id, mailbox, eager limit, flags and process. */
 export interface Connect {
   listenerNonce: number;
   connectorNonce: number;
   comm: number;
   rails: number; // the connector's rails (after OFI_NCCL_FORCE_NUM_RAILS)
   eagerMax: number; // -1: no eager
+  flags: number; // CONNECT_GPU_IPC
+  pid: number; // the connector's process id (CUDA IPC needs the peer to be another process)
   mailboxAddr: number;
   mailboxKeys: { lo: number; hi: number }[]; // one per NIC
   names: Uint8Array[]; // one per NIC
 }
 
-/** What the listener answers: its rails, comm id and the eager messages its bounce buffers hold. */
+/** What the listener answers: its rails, comm id, the eager messages its bounce buffers hold, its process. */
 export interface Accept {
   connectorNonce: number;
   comm: number;
   rails: number;
   eagerCapacity: number; // -1: no eager
+  pid: number;
   names: Uint8Array[];
 }
 
@@ -173,19 +185,21 @@ export function encodeConnect(c: Connect, out: Uint8Array): number {
     v.setUint32(32 + 8 * i, k.lo, true);
     v.setUint32(36 + 8 * i, k.hi, true);
   });
-  c.names.forEach((n, i) => out.set(n, 64 + NAME_BYTES * i));
-  return 64 + NAME_BYTES * c.names.length;
+  v.setUint32(64, c.flags, true);
+  v.setUint32(68, c.pid, true);
+  c.names.forEach((n, i) => out.set(n, CONNECT_HEADER + NAME_BYTES * i));
+  return CONNECT_HEADER + NAME_BYTES * c.names.length;
 }
 
 export function decodeConnect(b: Uint8Array): Connect | string {
-  if (b.length < 64) return `a connect message of ${b.length} bytes`;
+  if (b.length < CONNECT_HEADER) return `a connect message of ${b.length} bytes`;
   const v = new DataView(b.buffer, b.byteOffset, b.length);
   if (v.getUint32(0, true) !== CONNECT_MAGIC) return 'not a connect message (bad magic)';
   if (v.getUint16(4, true) !== PROTOCOL_VERSION) return `protocol version ${v.getUint16(4, true)}; this tsnet speaks ${PROTOCOL_VERSION}`;
   const nics = v.getUint8(6);
   const rails = v.getUint8(7);
   const len = v.getUint16(18, true);
-  if (nics < 1 || nics > MAX_RAILS || rails < 1 || rails > MAX_RAILS || len < 1 || len > NAME_BYTES || b.length < 64 + NAME_BYTES * nics)
+  if (nics < 1 || nics > MAX_RAILS || rails < 1 || rails > MAX_RAILS || len < 1 || len > NAME_BYTES || b.length < CONNECT_HEADER + NAME_BYTES * nics)
     return `a connect message with ${nics} NICs, ${rails} rails, names of ${len} bytes in ${b.length} bytes`;
   const comm = v.getUint16(16, true);
   if (comm === 0 || comm >= MAX_COMMS) return `a connect message from comm ${comm}`;
@@ -193,7 +207,7 @@ export function decodeConnect(b: Uint8Array): Connect | string {
   const names = [];
   for (let i = 0; i < nics; i++) {
     mailboxKeys.push({ lo: v.getUint32(32 + 8 * i, true), hi: v.getUint32(36 + 8 * i, true) });
-    names.push(b.slice(64 + NAME_BYTES * i, 64 + NAME_BYTES * i + len));
+    names.push(b.slice(CONNECT_HEADER + NAME_BYTES * i, CONNECT_HEADER + NAME_BYTES * i + len));
   }
   return {
     listenerNonce: v.getUint32(8, true),
@@ -201,6 +215,8 @@ export function decodeConnect(b: Uint8Array): Connect | string {
     comm,
     rails,
     eagerMax: v.getInt32(20, true),
+    flags: v.getUint32(64, true),
+    pid: v.getUint32(68, true),
     mailboxAddr: v.getUint32(24, true) + v.getUint32(28, true) * 2 ** 32,
     mailboxKeys,
     names,
@@ -219,6 +235,7 @@ export function encodeAccept(a: Accept, out: Uint8Array): number {
   v.setUint16(12, a.comm, true);
   v.setUint16(14, len, true);
   v.setInt32(16, a.eagerCapacity, true);
+  v.setUint32(24, a.pid, true);
   a.names.forEach((n, i) => out.set(n, 32 + NAME_BYTES * i));
   return 32 + NAME_BYTES * a.names.length;
 }
@@ -238,7 +255,7 @@ export function decodeAccept(b: Uint8Array): Accept | string {
   if (v.getUint32(20, true) !== 0) return `the listener refused (status ${v.getUint32(20, true)})`;
   const names = [];
   for (let i = 0; i < nics; i++) names.push(b.slice(32 + NAME_BYTES * i, 32 + NAME_BYTES * i + len));
-  return { connectorNonce: v.getUint32(8, true), comm, rails, eagerCapacity: v.getInt32(16, true), names };
+  return { connectorNonce: v.getUint32(8, true), comm, rails, eagerCapacity: v.getInt32(16, true), pid: v.getUint32(24, true), names };
 }
 
 /** This code assumes a little-endian host (typed-array views of wire bytes). */

@@ -1,0 +1,155 @@
+// CUDA IPC (TSNET_OFI_GPU_IPC): GPU regions are registered twice, for CUDA IPC
+// (FI_HMEM_DEVICE_ONLY) and plainly. The fake fabric behaves as libfabric's shm with CUDA:
+// a write from an IPC registration completes on both sides before the target's
+// device-to-device copy has run, and that copy reads the source as it is when the target
+// host next reads locally. So a sender that reuses its buffer when the send completes (as
+// NCCL does) corrupts the data unless its send waits for the receiver's acknowledgement, and
+// a receiver sees its data only after its fence. An IPC registration used with the same
+// process fails in the fake as in shm.
+import { describe, expect, it } from 'vitest';
+import type { Region } from '../../plugin/transports/ofi/fabric';
+import { World, type WorldOptions, buf, expectBytes, pattern } from './harness';
+
+const SEEDS = [1, 2, 3, 4, 5];
+const EAGER = 1024;
+
+function ipcWorld(seed: number, opts: WorldOptions = {}) {
+  const w = new World({ seed, ...opts, config: { gpuIpc: true, ...opts.config } });
+  const { send, recv } = w.connect();
+  return { w, send, recv };
+}
+
+describe('CUDA IPC: acknowledged sends', () => {
+  // One source buffer, overwritten with the next message as soon as a send completes.
+  const cases = [
+    { what: '1 NIC, 16 KiB', nics: 1, size: 16384 },
+    { what: '2 NICs, 512 KiB striped', nics: 2, size: 512 * 1024 },
+  ];
+  for (const c of cases)
+    it.each(SEEDS)(`a reused send buffer still delivers each message (${c.what}, seed %i)`, (seed) => {
+      const { w, send, recv } = ipcWorld(seed, { nicsA: c.nics });
+      const n = 12;
+      const src = w.a.region(c.size, 'cuda', true);
+      const dst = w.b.region(c.size * n, 'cuda', true);
+      const msgs = Array.from({ length: n }, (_, i) => pattern(seed * 100 + i, c.size));
+      for (let i = 0; i < n; i++) recv.irecv(100 + i, [buf(dst, i * c.size, c.size, 7)]);
+      for (let i = 0; i < n; i++) {
+        w.fabric.bytesOf(src).set(msgs[i]);
+        send.isend(i, buf(src, 0, c.size, 7));
+        w.run(() => w.a.has(i), `send ${i}`);
+        expect(w.a.take(i)).toEqual({ code: 0, sizes: [c.size] });
+      }
+      w.run(() => Array.from({ length: n }, (_, i) => 100 + i).every((s) => w.b.has(s)), 'receives');
+      for (let i = 0; i < n; i++) {
+        expect(w.b.take(100 + i)).toEqual({ code: 0, sizes: [c.size] });
+        expectBytes(w.fabric.bytesOf(dst), i * c.size, msgs[i]);
+      }
+      expect(w.fabric.ipcWrites).toBeGreaterThanOrEqual(n);
+    });
+
+  it.each(SEEDS)('a grouped receive of eager, GPU-written and host-written parts completes once, fenced (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const gpu = w.a.region(1 << 20, 'cuda', true);
+    const data = pattern(seed, 1 << 20);
+    w.fabric.bytesOf(gpu).set(data);
+    const dGpu = w.b.region(1 << 20, 'cuda', true);
+    const dHost = w.b.region(1 << 20, 'host');
+    send.isend(1, buf(gpu, 0, EAGER, 1)); // eager, from the plain registration
+    send.isend(2, buf(gpu, 65536, 40000, 2)); // written into GPU memory: fenced
+    send.isend(3, buf(gpu, 262144, 30000, 3)); // written into host memory: a synchronous copy
+    recv.irecv(9, [buf(dGpu, 0, 32768, 1), buf(dGpu, 65536, 65536, 2), buf(dHost, 0, 65536, 3)]);
+    w.run(() => w.a.has(1, 2, 3) && w.b.has(9));
+    expect(w.b.take(9)).toEqual({ code: 0, sizes: [EAGER, 40000, 30000] });
+    expectBytes(w.fabric.bytesOf(dGpu), 0, data.subarray(0, EAGER));
+    expectBytes(w.fabric.bytesOf(dGpu), 65536, data.subarray(65536, 65536 + 40000));
+    expectBytes(w.fabric.bytesOf(dHost), 0, data.subarray(262144, 262144 + 30000));
+    for (const s of [1, 2, 3]) expect(w.a.take(s).code).toBe(0);
+    // The eager message left as a send (header + payload), never as an IPC write.
+    expect(w.a.host.rails[0].log.filter((o) => o.type === 'send' && o.len === EAGER + 8)).toHaveLength(1);
+    expect(w.fabric.ipcWrites).toBe(2);
+  });
+
+  it.each(SEEDS)('a receive into host memory only is acknowledged without a fence (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const gpu = w.a.region(65536, 'cuda', true);
+    const data = pattern(seed, 65536);
+    w.fabric.bytesOf(gpu).set(data);
+    const host = w.b.region(65536, 'host');
+    send.isend(1, buf(gpu, 0, 50000, 4));
+    recv.irecv(2, [buf(host, 0, 65536, 4)]);
+    w.run(() => w.a.has(1) && w.b.has(2));
+    expectBytes(w.fabric.bytesOf(host), 0, data.subarray(0, 50000));
+    expect(w.b.host.rails[0].log.filter((o) => o.type === 'read')).toHaveLength(0);
+    expect(w.b.host.rails[0].log.filter((o) => o.type === 'write' && o.len === 0)).toHaveLength(1); // the acknowledgement
+  });
+
+  it.each(SEEDS)('0-byte sends and sends that do not fit are not IPC writes and wait for no acknowledgement (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const gpu = w.a.region(65536, 'cuda', true);
+    const dst = w.b.region(65536, 'cuda', true);
+    send.isend(1, buf(gpu, 0, 0, 1));
+    send.isend(2, buf(gpu, 0, 40000, 2));
+    recv.irecv(3, [buf(dst, 0, 0, 1)]);
+    recv.irecv(4, [buf(dst, 0, 20000, 2)]);
+    w.run(() => w.a.has(1, 2) && w.b.has(3, 4));
+    expect(w.a.take(1).code).toBe(0);
+    expect(w.a.take(2).code).not.toBe(0);
+    expect(w.b.take(3)).toEqual({ code: 0, sizes: [0] });
+    expect(w.b.take(4).code).not.toBe(0);
+    expect(w.fabric.ipcWrites).toBe(0);
+  });
+
+  it('a peer in the same process gets the plain registration (the fake fails IPC with its own host)', () => {
+    const w = new World({ seed: 3, config: { gpuIpc: true } });
+    const { send, recv } = w.connect(w.a, w.a);
+    const src = w.a.region(1 << 20, 'cuda', true);
+    const data = pattern(3, 1 << 20);
+    w.fabric.bytesOf(src).set(data);
+    const dst: Region = w.a.region(1 << 20, 'cuda', true);
+    send.isend(1, buf(src, 0, 300000, 5));
+    send.isend(2, buf(src, 400000, EAGER, 6));
+    recv.irecv(3, [buf(dst, 0, 400000, 5), buf(dst, 500000, 4096, 6)]);
+    w.run(() => w.a.has(1, 2, 3));
+    expect(w.a.take(3)).toEqual({ code: 0, sizes: [300000, EAGER] });
+    expectBytes(w.fabric.bytesOf(dst), 0, data.subarray(0, 300000));
+    expectBytes(w.fabric.bytesOf(dst), 500000, data.subarray(400000, 400000 + EAGER));
+    expect(w.fabric.ipcWrites).toBe(0);
+  });
+
+  it('without TSNET_OFI_GPU_IPC the IPC registration is never used', () => {
+    const w = new World({ seed: 4 });
+    const { send, recv } = w.connect();
+    const src = w.a.region(65536, 'cuda', true);
+    const dst = w.b.region(65536, 'cuda', true);
+    send.isend(1, buf(src, 0, 50000, 1));
+    recv.irecv(2, [buf(dst, 0, 65536, 1)]);
+    w.run(() => w.a.has(1) && w.b.has(2));
+    expect(w.fabric.ipcWrites).toBe(0);
+    expect(w.b.host.rails[0].log.filter((o) => o.type === 'read')).toHaveLength(0);
+  });
+
+  it('closing a send comm whose sends wait for acknowledgements neither hangs nor disturbs the next comm', () => {
+    const { w, send, recv } = ipcWorld(6);
+    const src = w.a.region(65536, 'cuda', true);
+    const dst = w.b.region(65536, 'cuda', true);
+    // Hold the receiver's acknowledgements (0-byte writes) so the sends stay waiting.
+    w.fabric.hold = (type, len) => type === 'write' && len === 0;
+    send.isend(1, buf(src, 0, 30000, 1));
+    recv.irecv(2, [buf(dst, 0, 65536, 1)]);
+    w.run(() => w.b.has(2));
+    expect(w.a.has(1)).toBe(false);
+    send.close();
+    recv.close();
+    w.fabric.hold = undefined;
+    w.settle();
+    const next = w.connect();
+    const data = pattern(6, 30000);
+    w.fabric.bytesOf(src).set(data);
+    next.send.isend(3, buf(src, 0, 30000, 1));
+    next.recv.irecv(4, [buf(dst, 0, 65536, 1)]);
+    w.run(() => w.a.has(3) && w.b.has(4));
+    expect(w.a.take(3).code).toBe(0);
+    expectBytes(w.fabric.bytesOf(dst), 0, data);
+    expect(w.a.ep.stats.staleWrites).toBeGreaterThanOrEqual(1); // the held acknowledgement, for the closed comm
+  });
+});
