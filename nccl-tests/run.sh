@@ -17,7 +17,9 @@
 #             tsnet-ofi       tsnet over libfabric, NCCL_NET_GDR_LEVEL=SYS: GPU buffers go to
 #                             the plugin when it offers CUDA pointers (GPUDirect)
 #             tsnet-ofi-ipc   tsnet-ofi with TSNET_OFI_GPU_IPC=1 (GPU memory registered for
-#                             CUDA IPC)
+#                             CUDA IPC) and NCCL_CUMEM_ENABLE=0: legacy CUDA IPC cannot export
+#                             the cuMem* memory NCCL allocates by default, which would then
+#                             move through host memory as in tsnet-ofi
 #             tsnet-ofi-host  tsnet over libfabric, NCCL_NET_GDR_LEVEL=LOC: no GPUDirect, NCCL
 #                             stages through host memory
 #             socket          NCCL's Socket transport, defaults
@@ -52,7 +54,7 @@ variant_env() {
   case $1 in
     tsnet) echo "NCCL_NET=tsnet NCCL_NET_PLUGIN=$so" ;;
     tsnet-ofi) echo "$ofi NCCL_NET_GDR_LEVEL=SYS" ;;
-    tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_GPU_IPC=1" ;;
+    tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_GPU_IPC=1 NCCL_CUMEM_ENABLE=0" ;;
     tsnet-ofi-host) echo "$ofi NCCL_NET_GDR_LEVEL=LOC" ;;
     socket) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none" ;;
     socket-tuned) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
