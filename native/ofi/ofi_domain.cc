@@ -93,7 +93,7 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
     std::string why;
     int capable = cudaLegacyIpcCapable(base, &why);
     if (capable != 1) {
-      ipcWhy = capable == 0 ? "not a cudaMalloc allocation (cuMem* memory: NCCL_CUMEM_ENABLE=0 makes NCCL use cudaMalloc)" : why;
+      ipcWhy = capable == 0 ? "a cuMem* allocation, not cudaMalloc; NCCL_CUMEM_ENABLE=0 makes NCCL use cudaMalloc" : why;
       type = OfiMemType::kCuda;
     }
   }
