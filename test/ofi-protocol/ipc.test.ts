@@ -99,6 +99,47 @@ describe('CUDA IPC: acknowledged sends', () => {
     expect(w.fabric.ipcWrites).toBe(0);
   });
 
+  it.each(SEEDS)('under TSNET_FLUSH=auto, a fenced receive needs no second read; a later eager receive into the same buffer is flushed (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const src = w.a.region(65536, 'cuda', true);
+    const dst = w.b.region(65536, 'cuda', true);
+    const reads = () => w.b.host.rails[0].log.filter((o) => o.type === 'read').length;
+    // A written receive, fenced, that is never flushed.
+    send.isend(1, buf(src, 0, 40000, 1));
+    recv.irecv(2, [buf(dst, 0, 65536, 1)]);
+    w.run(() => w.a.has(1) && w.b.has(2));
+    expect(reads()).toBe(1); // the fence
+    // An eager receive into the same buffer: no fence, so its flush reads.
+    send.isend(3, buf(src, 0, EAGER, 1));
+    recv.irecv(4, [buf(dst, 0, 65536, 1)]);
+    w.run(() => w.a.has(3) && w.b.has(4));
+    const afterEager = reads(); // + the eager copy
+    recv.iflush(5, [buf(dst, 0, EAGER, 1)]);
+    w.run(() => w.b.has(5));
+    expect(reads()).toBe(afterEager + 1);
+    // A written receive again: its flush completes at once, with no read.
+    send.isend(6, buf(src, 0, 30000, 1));
+    recv.irecv(7, [buf(dst, 0, 65536, 1)]);
+    w.run(() => w.a.has(6) && w.b.has(7));
+    const afterFence = reads();
+    expect(afterFence).toBe(afterEager + 2);
+    recv.iflush(8, [buf(dst, 0, 30000, 1)]);
+    expect(w.b.take(8)).toEqual({ code: 0, sizes: [] });
+    expect(reads()).toBe(afterFence);
+  });
+
+  it('with TSNET_FLUSH=read every receive is flushed, fenced or not', () => {
+    const { w, send, recv } = ipcWorld(2, { config: { gpuIpc: true, flush: { method: 'read', all: true } } });
+    const src = w.a.region(65536, 'cuda', true);
+    const dst = w.b.region(65536, 'cuda', true);
+    send.isend(1, buf(src, 0, 40000, 1));
+    recv.irecv(2, [buf(dst, 0, 65536, 1)]);
+    w.run(() => w.a.has(1) && w.b.has(2));
+    recv.iflush(3, [buf(dst, 0, 40000, 1)]);
+    w.run(() => w.b.has(3));
+    expect(w.b.host.rails[0].log.filter((o) => o.type === 'read')).toHaveLength(2);
+  });
+
   it('a peer in the same process gets the plain registration (the fake fails IPC with its own host)', () => {
     const w = new World({ seed: 3, config: { gpuIpc: true } });
     const { send, recv } = w.connect(w.a, w.a);

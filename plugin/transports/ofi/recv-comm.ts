@@ -86,6 +86,11 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private readonly rFence = new Uint8Array(RING);
   /** The sender moves GPU memory by CUDA IPC: fence written receives and acknowledge them. */
   private readonly acks: boolean;
+  /**
+   * CUDA IPC: addresses of GPU buffers whose latest receive was fenced after its writes. Under
+   * TSNET_FLUSH=auto their iflush has nothing left to do (the fence was that read).
+   */
+  private readonly fenced = new Set<number>();
   // Sub-receives, by receive slot x 8 + index.
   private readonly sRegion: (Region | null)[] = new Array(RING * MAX_RECVS).fill(null);
   private readonly sOffset = new Float64Array(RING * MAX_RECVS);
@@ -210,6 +215,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     for (let i = 0; i < n; i++) {
       const b = bufs[i];
       const sub = w * MAX_RECVS + i;
+      if (this.fenced.size && b.region) this.fenced.delete(b.region.base + b.offset);
       this.sRegion[sub] = b.region;
       this.sOffset[sub] = b.offset;
       this.sSize[sub] = b.size;
@@ -429,6 +435,17 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     return true;
   }
 
+  // The fence ordered every copy into this receive: its written GPU buffers need no flush.
+  private markFenced(w: number): void {
+    if (this.ep.config.flush.all) return; // every receive is flushed as asked
+    if (this.fenced.size > 4096) this.fenced.clear(); // receives NCCL never flushes (a flush then just reads)
+    for (let i = 0; i < this.rN[w]; i++) {
+      const sub = w * MAX_RECVS + i;
+      const region = this.sRegion[sub];
+      if (this.sExpect[sub] > 0 && region?.kind === 'cuda') this.fenced.add(region.base + this.sOffset[sub]);
+    }
+  }
+
   /** CUDA IPC: tells the sender that receive r is complete and fenced (0 bytes into its mailbox). */
   private acknowledge(r: number): void {
     const ep = this.ep;
@@ -461,6 +478,8 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       }
     const action = b ? flushAction(this.ep.config.flush, b.region!.kind, b.size) : FlushAction.NONE;
     if (action === FlushAction.NONE) return this.completeNow(slot, ResultCode.SUCCESS, -1);
+    // Under auto, a receive the CUDA IPC fence already read back needs no second read.
+    if (!this.ep.config.flush.all && this.fenced.delete(b!.region!.base + b!.offset)) return this.completeNow(slot, ResultCode.SUCCESS, -1);
     const f = this.fFree.pop() ?? this.newFlush();
     this.fSlot[f] = slot;
     this.fLeft[f] = this.nics;
@@ -519,7 +538,10 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       ep.rails[b].read(ep.selfPeer[b], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b, FLUSH_LINE, ep.line.regs[b].desc, reg.remote(at), reg.keyLo, reg.keyHi, token);
     } else if (kind === OpKind.FENCE) {
       const w = a % RING;
-      if (this.rLive[w] && this.rSeq[w] === a && --this.rFence[w] === 0) this.finish(w);
+      if (this.rLive[w] && this.rSeq[w] === a && --this.rFence[w] === 0) {
+        this.markFenced(w);
+        this.finish(w);
+      }
     } else if (kind === OpKind.FLUSH_READ) {
       if (--this.fLeft[a] === 0) {
         this.flushes--;
@@ -580,6 +602,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   }
 
   private forget(): void {
+    this.fenced.clear();
     this.rLive.fill(0);
     this.sRegion.fill(null);
     this.live = 0;
