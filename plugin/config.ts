@@ -77,10 +77,49 @@ function int(src: Source, min: number, max: number): number {
 const KiB = 1024;
 const MiB = 1024 * KiB;
 
-export function readConfig(env: Env = process.env, cores = os.cpus().length): { config: Config; lines: string[] } {
+/** The host's cores, and those this process may run on (its CPU affinity). */
+export interface HostCores {
+  total: number;
+  available: number;
+}
+
+export function hostCores(): HostCores {
+  const total = os.cpus().length || 1;
+  const available = typeof os.availableParallelism === 'function' ? os.availableParallelism() : total;
+  return { total, available: Math.max(1, Math.min(available, total)) };
+}
+
+/** Variables in which launchers say how many ranks run on this host (torchrun, Open MPI, MPICH, Slurm). */
+const LOCAL_RANKS = ['LOCAL_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_SIZE', 'MPI_LOCALNRANKS', 'SLURM_NTASKS_PER_NODE'];
+
+/**
+ * The cores the thread defaults count on: the CPU set a launcher bound this process to, else
+ * an equal share of the host among the ranks a launcher says run on it, else the host's. Four
+ * ranks on 16 cores, each with the defaults of a 16-core process, ran AllReduce at a quarter of
+ * the speed they reached with their threads cut (docs/performance.md).
+ */
+function coreShare(env: Env, host: HostCores): { cores: number; line?: string } {
+  if (host.available < host.total) return { cores: host.available, line: `cores for this process = ${host.available} (its CPU affinity, of ${host.total})` };
+  for (const name of LOCAL_RANKS) {
+    const m = /^\s*(\d+)/.exec(env[name] ?? ''); // Slurm may write "4(x2)"
+    const ranks = m ? Number(m[1]) : 0;
+    if (ranks > 1) {
+      const cores = Math.max(1, Math.floor(host.total / ranks));
+      return { cores, line: `cores for this process = ${cores} (${host.total} cores, ${ranks} ranks on this host: ${name})` };
+    }
+    if (ranks === 1) break;
+  }
+  return { cores: host.total };
+}
+
+/** host: the cores (a number stands for a host whose every core this process may use). */
+export function readConfig(env: Env = process.env, host: HostCores | number = hostCores()): { config: Config; lines: string[] } {
   const lines: string[] = [];
   const note = (key: string, value: unknown, src?: Source) =>
     lines.push(`${key} = ${value}${src ? ` (${src.name})` : ' (default)'}`);
+  const hc = typeof host === 'number' ? { total: host, available: host } : host;
+  const share = coreShare(env, hc);
+  const cores = share.cores;
 
   const tSrc = pick(env, ['TSNET_TRANSPORT']);
   const transport = (tSrc?.value ?? 'tcp').toLowerCase();
@@ -140,8 +179,11 @@ export function readConfig(env: Env = process.env, cores = os.cpus().length): { 
   const gSrc = pick(env, ['TSNET_DEVICE_GROUPS']);
   if (gSrc) note('device groups', gSrc.value, gSrc);
 
+  // The defaults below follow the cores this process may count on (coreShare).
+  if (share.line && transport !== 'loopback') lines.push(share.line);
   const itSrc = pick(env, ['TSNET_IO_THREADS']);
-  const ioThreads = itSrc ? int(itSrc, 1, 64) : 8;
+  // 8 for a process that has the host (or its CPU set) to itself; fewer for a share of it.
+  const ioThreads = itSrc ? int(itSrc, 1, 64) : cores < hc.total ? Math.min(8, Math.max(2, cores)) : 8;
   if (transport !== 'loopback') note('I/O threads', ioThreads, itSrc);
 
   // One protocol thread handles some 300,000 messages a second; AllToAll over several ranks

@@ -268,6 +268,31 @@ describe('readConfig: threads, policies, trace and statistics', () => {
     expect(lines).toContain(`protocol threads = ${n} (default)`);
   });
 
+  it.each([
+    ['OMPI_COMM_WORLD_LOCAL_SIZE', '4', 16, 4, { protocolThreads: 1, spinUs: 0, ioThreads: 4 }],
+    ['LOCAL_WORLD_SIZE', '2', 64, 32, { protocolThreads: 4, spinUs: 200, ioThreads: 8 }],
+    ['MPI_LOCALNRANKS', '8', 64, 8, { protocolThreads: 1, spinUs: 200, ioThreads: 8 }],
+    ['SLURM_NTASKS_PER_NODE', '4(x2)', 32, 8, { protocolThreads: 1, spinUs: 200, ioThreads: 8 }],
+    ['OMPI_COMM_WORLD_LOCAL_SIZE', '16', 16, 1, { protocolThreads: 1, spinUs: 0, ioThreads: 2 }],
+  ] as const)('%s=%s on %i cores: the defaults count %i cores per rank', (name, value, total, share, want) => {
+    const { config, lines } = readConfig({ [name]: value }, total);
+    expect({ protocolThreads: config.protocolThreads, spinUs: config.spinUs, ioThreads: config.ioThreads }).toEqual(want);
+    expect(lines).toContain(`cores for this process = ${share} (${total} cores, ${Number.parseInt(value, 10)} ranks on this host: ${name})`);
+  });
+
+  it('a CPU set smaller than the host is the share; one rank, bad values or none leave the host whole', () => {
+    const bound = readConfig({ OMPI_COMM_WORLD_LOCAL_SIZE: '4' }, { total: 64, available: 8 });
+    expect(bound.lines).toContain('cores for this process = 8 (its CPU affinity, of 64)');
+    expect([bound.config.protocolThreads, bound.config.spinUs, bound.config.ioThreads]).toEqual([1, 200, 8]);
+    for (const env of [{}, { LOCAL_WORLD_SIZE: '1', OMPI_COMM_WORLD_LOCAL_SIZE: '4' }, { OMPI_COMM_WORLD_LOCAL_SIZE: 'many' }, { MPI_LOCALNRANKS: '0' }]) {
+      const { config, lines } = readConfig(env, 32);
+      expect([config.protocolThreads, config.spinUs, config.ioThreads]).toEqual([4, 200, 8]);
+      expect(lines.join('\n')).not.toMatch(/cores for this process/);
+    }
+    const set = readConfig({ OMPI_COMM_WORLD_LOCAL_SIZE: '4', TSNET_PROTOCOL_THREADS: '3', TSNET_SPIN_US: '50', TSNET_IO_THREADS: '6' }, 16);
+    expect([set.config.protocolThreads, set.config.spinUs, set.config.ioThreads]).toEqual([3, 50, 6]);
+  });
+
   it('TSNET_PROTOCOL_THREADS, 1 to 16, whatever the cores', () => {
     for (const n of [1, 3, 16]) {
       const { config, lines } = readConfig({ TSNET_PROTOCOL_THREADS: String(n) }, 64);
