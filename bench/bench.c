@@ -34,7 +34,6 @@
 // (the coordinator does it for a process killed by a signal).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -174,35 +173,16 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   fprintf(stderr, "[%s %d] %s\n", g_role, (int)getpid(), msg);
 }
 
-// --mem cuda: the CUDA driver, opened at run time, GPU 0's primary context current.
-typedef int CUres;
-static struct {
-  CUres (*init)(unsigned);
-  CUres (*primaryCtxRetain)(void**, int);
-  CUres (*ctxSetCurrent)(void*);
-  CUres (*memAlloc)(unsigned long long*, size_t);
-  CUres (*memsetD8)(unsigned long long, unsigned char, size_t);
-} g_cu;
-
+// --mem cuda: GPU 0's memory, through the CUDA driver opened at run time (test/driver/shim.c).
 static void* alloc_gpu(size_t size) {
-  if (!g_cu.memAlloc) {
-    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) die("--mem cuda: no CUDA driver (%s)", dlerror());
-    *(void**)&g_cu.init = dlsym(h, "cuInit");
-    *(void**)&g_cu.primaryCtxRetain = dlsym(h, "cuDevicePrimaryCtxRetain");
-    *(void**)&g_cu.ctxSetCurrent = dlsym(h, "cuCtxSetCurrent");
-    *(void**)&g_cu.memsetD8 = dlsym(h, "cuMemsetD8_v2");
-    *(void**)&g_cu.memAlloc = dlsym(h, "cuMemAlloc_v2");
-    void* ctx = NULL;
-    CUres rc = -1;
-    if (g_cu.init && g_cu.primaryCtxRetain && g_cu.ctxSetCurrent && g_cu.memsetD8 && g_cu.memAlloc && !(rc = g_cu.init(0)))
-      rc = g_cu.primaryCtxRetain(&ctx, 0);
-    if (!rc) rc = g_cu.ctxSetCurrent(ctx);
-    if (rc) die("--mem cuda: the CUDA driver or GPU 0's context is not usable (CUresult %d)", rc);
-  }
-  unsigned long long d = 0;
-  CUres rc = g_cu.memAlloc(&d, size ? size : 1);
-  if (!rc) rc = g_cu.memsetD8(d, 0x5a, size);
+  static ShimCuda cu;
+  static int opened;
+  char why[160];
+  if (!opened && shim_cuda_open(&cu, why, sizeof why) != 0) die("--mem cuda: %s", why);
+  opened = 1;
+  ShimCuPtr d = 0;
+  ShimCuRes rc = cu.memAlloc(&d, size ? size : 1);
+  if (!rc) rc = cu.memsetD8(d, 0x5a, size);
   if (rc) die("--mem cuda: cuMemAlloc of %zu bytes failed (CUresult %d)", size, rc);
   return (void*)(uintptr_t)d;
 }

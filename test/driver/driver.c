@@ -18,7 +18,6 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -680,45 +679,12 @@ static const PairScenario BULK = {"bulk", {xfer_setup, xfer_send_step}, {xfer_se
 // included. Skipped (with a note) when the device's ptrSupport has no CUDA: TCP, or libfabric
 // without FI_HMEM. A device that claims CUDA on a host without a usable GPU fails.
 
-typedef int CUres;
-typedef unsigned long long CUptr;
-typedef struct Cuda {
-  CUres (*init)(unsigned);
-  CUres (*primaryCtxRetain)(void**, int);
-  CUres (*ctxSetCurrent)(void*);
-  CUres (*memAlloc)(CUptr*, size_t);
-  CUres (*memFree)(CUptr);
-  CUres (*htod)(CUptr, const void*, size_t);
-  CUres (*dtoh)(void*, CUptr, size_t);
-} Cuda;
-
-// The CUDA driver, opened at run time with GPU 0's primary context current; 0, or -1 with why.
-static int cuda_open(Cuda* c, char* why, size_t len) {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!h) return snprintf(why, len, "no CUDA driver (%s)", dlerror()), -1;
-  struct {
-    void** fn;
-    const char* name;
-  } syms[] = {{(void**)&c->init, "cuInit"},
-              {(void**)&c->primaryCtxRetain, "cuDevicePrimaryCtxRetain"},
-              {(void**)&c->ctxSetCurrent, "cuCtxSetCurrent"},
-              {(void**)&c->memAlloc, "cuMemAlloc_v2"},
-              {(void**)&c->memFree, "cuMemFree_v2"},
-              {(void**)&c->htod, "cuMemcpyHtoD_v2"},
-              {(void**)&c->dtoh, "cuMemcpyDtoH_v2"}};
-  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
-    if (!(*syms[i].fn = dlsym(h, syms[i].name))) return snprintf(why, len, "the CUDA driver lacks %s", syms[i].name), -1;
-  void* ctx = NULL;
-  CUres rc = c->init(0);
-  if (rc == 0) rc = c->primaryCtxRetain(&ctx, 0);
-  if (rc == 0) rc = c->ctxSetCurrent(ctx);
-  if (rc) return snprintf(why, len, "CUDA init or GPU 0's context failed (CUresult %d)", rc), -1;
-  return 0;
-}
+typedef ShimCuRes CUres;
+typedef ShimCuPtr CUptr;
 
 typedef struct GpuState {
   XferState x;  // first: xfer_send_step reads r->st as an XferState; x.buf is the GPU buffer (freed with the role's process)
-  Cuda cu;
+  ShimCuda cu;
   int skip;
   uint8_t* host;  // staging for fills and checks, cap bytes
   void* freq;     // the iflush request in flight
@@ -745,8 +711,7 @@ static int gpu_setup(Role* r) {
     return 0;
   }
   char why[160];
-  if (!check(cuda_open(&g->cu, why, sizeof why) == 0, "the device supports CUDA memory; this host's GPU 0: %s",
-             g->cu.memAlloc ? "usable" : why))
+  if (!check(shim_cuda_open(&g->cu, why, sizeof why) == 0, "the device supports CUDA memory; this host's GPU 0: %s", why))
     return -1;
   x->cap = k_gpu_sizes[COUNT_OF(k_gpu_sizes) - 1] + (r->sender ? 0 : TRANSFER_EXTRA);
   CUptr d = 0;

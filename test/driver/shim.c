@@ -411,3 +411,29 @@ int shim_threads(const char* prefix, void (*each)(const char* name, const char* 
   closedir(d);
   return n;
 }
+
+int shim_cuda_open(ShimCuda* c, char* why, size_t len) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return snprintf(why, len, "no CUDA driver (%s)", dlerror()), -1;
+  ShimCuRes (*init)(unsigned) = NULL;
+  ShimCuRes (*primaryCtxRetain)(void**, int) = NULL;
+  ShimCuRes (*ctxSetCurrent)(void*) = NULL;
+  struct {
+    void** fn;
+    const char* name;
+  } syms[] = {{(void**)&init, "cuInit"},
+              {(void**)&primaryCtxRetain, "cuDevicePrimaryCtxRetain"},
+              {(void**)&ctxSetCurrent, "cuCtxSetCurrent"},
+              {(void**)&c->memAlloc, "cuMemAlloc_v2"},
+              {(void**)&c->memsetD8, "cuMemsetD8_v2"},
+              {(void**)&c->htod, "cuMemcpyHtoD_v2"},
+              {(void**)&c->dtoh, "cuMemcpyDtoH_v2"}};
+  for (size_t i = 0; i < sizeof syms / sizeof *syms; i++)
+    if (!(*syms[i].fn = dlsym(h, syms[i].name))) return snprintf(why, len, "the CUDA driver lacks %s", syms[i].name), -1;
+  void* ctx = NULL;
+  ShimCuRes rc = init(0);
+  if (rc == 0) rc = primaryCtxRetain(&ctx, 0);
+  if (rc == 0) rc = ctxSetCurrent(ctx);
+  if (rc) return snprintf(why, len, "CUDA init or GPU 0's context failed (CUresult %d)", rc), -1;
+  return 0;
+}

@@ -83,6 +83,19 @@ tsn_result_t shim_close_listen(const Net* n, void* listenComm);
 // v11+ only; returns 0 below.
 tsn_result_t shim_finalize(const Net* n, void* ctx);
 
+// The CUDA driver, opened at run time (dlopen of libcuda.so.1) with GPU 0's primary context
+// current, for the GPU scenarios of the driver and the bench. shim_cuda_open returns 0, or -1
+// with why.
+typedef int ShimCuRes;
+typedef unsigned long long ShimCuPtr;
+typedef struct ShimCuda {
+  ShimCuRes (*memAlloc)(ShimCuPtr* p, size_t size);
+  ShimCuRes (*memsetD8)(ShimCuPtr p, unsigned char value, size_t size);
+  ShimCuRes (*htod)(ShimCuPtr dst, const void* src, size_t size);
+  ShimCuRes (*dtoh)(void* dst, ShimCuPtr src, size_t size);
+} ShimCuda;
+int shim_cuda_open(ShimCuda* c, char* why, size_t len);
+
 // libfabric's shm provider keeps a 16 MiB region per endpoint in /dev/shm named after the
 // process ("<pid>:..."); a process that ends without closing its endpoints (killed, _exit
 // before finalize) leaves them behind, and a later process with the same pid cannot enable
