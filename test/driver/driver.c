@@ -370,6 +370,15 @@ static void* role_reg(Role* r, void* data, size_t size) {
   return mh;
 }
 
+// A host buffer of cap bytes, GUARD in every byte, registered (*mh); NULL on failure.
+static uint8_t* role_guarded(Role* r, size_t cap, void** mh) {
+  uint8_t* b = role_alloc(r, cap);
+  if (!b) return NULL;
+  memset(b, GUARD, cap);
+  *mh = role_reg(r, b, cap);
+  return *mh ? b : NULL;
+}
+
 // A scenario's word to the peer role (arg, and len bytes of data: at most a handle).
 static void role_put_mark(Role* r, int arg, const void* data, int len) { chan_put_arg(&r->ch, MSG_MARK, arg, data, len); }
 
@@ -602,11 +611,8 @@ static int xfer_setup(Role* r) {
   for (int i = 0; i < x->count; i++)
     if (x->sizes[i] > max) max = x->sizes[i];
   x->cap = max + (r->sender ? 0 : TRANSFER_EXTRA + 64);
-  x->buf = role_alloc(r, x->cap);
-  if (!x->buf) return -1;
-  memset(x->buf, GUARD, x->cap);
-  x->mh = role_reg(r, x->buf, x->cap);
-  return x->mh ? 0 : -1;
+  x->buf = role_guarded(r, x->cap, &x->mh);
+  return x->buf ? 0 : -1;
 }
 
 static int xfer_send_step(Role* r) {
@@ -820,12 +826,9 @@ static int over_setup(Role* r) {
   r->st = o;
   r->broken = 1;
   o->cap = r->sender ? OVER_SEND : 2 * OVER_ROOM;
-  o->buf = role_alloc(r, o->cap);
-  if (!o->buf) return -1;
-  memset(o->buf, GUARD, o->cap);
+  if (!(o->buf = role_guarded(r, o->cap, &o->mh))) return -1;
   if (r->sender) fill(o->buf, o->cap, 77);
-  o->mh = role_reg(r, o->buf, o->cap);
-  return o->mh ? 0 : -1;
+  return 0;
 }
 
 static int over_step(Role* r) {
@@ -899,13 +902,10 @@ static int inflight_setup(Role* r) {
     off += s->size[i] + (r->sender ? 0 : INFLIGHT_EXTRA);
   }
   s->cap = off;
-  s->buf = role_alloc(r, s->cap);
-  if (!s->buf) return -1;
-  memset(s->buf, GUARD, s->cap);
+  if (!(s->buf = role_guarded(r, s->cap, &s->mh))) return -1;
   if (r->sender)
     for (int i = 0; i < s->count; i++) fill(s->buf + s->off[i], s->size[i], seed_of(s->size[i], i, 1));
-  s->mh = role_reg(r, s->buf, s->cap);
-  return s->mh ? 0 : -1;
+  return 0;
 }
 
 static int inflight_step(Role* r) {
@@ -987,11 +987,8 @@ static int group_setup(Role* r) {
   r->st = g;
   g->n = r->param;
   g->cap = (size_t)g->n * (GROUP_SLOT + GROUP_SLACK);
-  g->buf = role_alloc(r, g->cap);
-  if (!g->buf) return -1;
-  memset(g->buf, GUARD, g->cap);
-  g->mh = role_reg(r, g->buf, g->cap);
-  return g->mh ? 0 : -1;
+  g->buf = role_guarded(r, g->cap, &g->mh);
+  return g->buf ? 0 : -1;
 }
 
 static uint8_t* group_slot(GroupState* g, int t) { return g->buf + (size_t)t * (GROUP_SLOT + GROUP_SLACK); }
@@ -1186,11 +1183,8 @@ static int pb_setup(Role* r) {
     if (total > max) max = total;
   }
   s->cap = max;
-  s->buf = role_alloc(r, s->cap);
-  if (!s->buf) return -1;
-  memset(s->buf, GUARD, s->cap);
-  s->mh = role_reg(r, s->buf, s->cap);
-  return s->mh ? 0 : -1;
+  s->buf = role_guarded(r, s->cap, &s->mh);
+  return s->buf ? 0 : -1;
 }
 
 // Lays out and fills (sender) or clears (receiver) this round's buffers.
