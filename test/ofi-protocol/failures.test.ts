@@ -4,6 +4,7 @@
 // refuses stale handles and times out.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { setLogSink } from '../../plugin/log';
+import type { RecvComm, SendComm } from '../../plugin/transports/ofi/fabric';
 import { World, buf, pattern } from './harness';
 
 const warns: string[] = [];
@@ -22,6 +23,18 @@ function setup(opts: ConstructorParameters<typeof World>[0] = {}) {
   src.bytes!.set(pattern(1, 1 << 20));
   const dst = w.b.region(1 << 20);
   return { w, send, recv, src, dst };
+}
+
+/** One message of size bytes over a comm pair a repeated CONNECT or ACCEPT made; its bytes as received. */
+function oneMessage(w: World, send: SendComm, recv: RecvComm, size: number, seed: number): Uint8Array {
+  const src = w.a.region(size);
+  src.bytes!.set(pattern(seed, size));
+  const dst = w.b.region(size);
+  recv.irecv(1, [buf(dst, 0, size, 0)]);
+  send.isend(1, buf(src, 0, size, 0));
+  w.run(() => w.a.has(1) && w.b.has(1));
+  expect(w.b.take(1)).toEqual({ code: 0, sizes: [size] });
+  return dst.bytes!.subarray(0, size);
 }
 
 describe('provider errors', () => {
@@ -225,14 +238,7 @@ describe('close with requests in flight', () => {
     expect(send && recv).toBeTruthy();
     w.settle();
     expect(l.accept(w.b.complete)).toBeUndefined(); // no second comm for the same connector
-    const src = w.a.region(4096);
-    src.bytes!.set(pattern(3, 4096));
-    const dst = w.b.region(4096);
-    recv!.irecv(1, [buf(dst, 0, 4096, 0)]);
-    send!.isend(1, buf(src, 0, 4096, 0));
-    w.run(() => w.a.has(1) && w.b.has(1));
-    expect(w.b.take(1)).toEqual({ code: 0, sizes: [4096] });
-    expect(dst.bytes!.subarray(0, 4096)).toEqual(pattern(3, 4096));
+    expect(oneMessage(w, send!, recv!, 4096, 3)).toEqual(pattern(3, 4096));
     expect(warns).toEqual([]);
   });
 
@@ -251,13 +257,7 @@ describe('close with requests in flight', () => {
     const send = c.poll(w.a.complete);
     expect(send).toBeDefined();
     expect(l.accept(w.b.complete)).toBeUndefined();
-    const src = w.a.region(100);
-    src.bytes!.set(pattern(4, 100));
-    const dst = w.b.region(100);
-    recv!.irecv(1, [buf(dst, 0, 100, 0)]);
-    send!.isend(1, buf(src, 0, 100, 0));
-    w.run(() => w.a.has(1) && w.b.has(1));
-    expect(w.b.take(1)).toEqual({ code: 0, sizes: [100] });
+    oneMessage(w, send!, recv!, 100, 4);
     expect(warns).toEqual([]);
   });
 

@@ -222,7 +222,7 @@ export class OfiTransport implements Transport {
     const ipc = this.ofi.gpuIpc && region.kind === 'cuda';
     const regs: Registration[] = [];
     const local: Registration[] = [];
-    let shared = ipc;
+    let shared = false;
     try {
       for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind, ipc));
       // The answer is the pointer's, the same on every NIC.
