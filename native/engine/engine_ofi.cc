@@ -351,11 +351,12 @@ Napi::Object mrAnswer(Napi::Env env, uint32_t id, OfiMr* mr) {
   // The remote address of the region's first byte; others follow by offset.
   out.Set("remoteBase", static_cast<double>(mr->remoteAddr(mr->base())));
   out.Set("ipc", mr->ipc());
+  out.Set("device", mr->device());  // GPU ordinal, -1 for host memory
   if (!mr->ipcWhy().empty()) out.Set("ipcWhy", mr->ipcWhy());
   return out;
 }
 
-// ofiRegMr(lane, addr, len, cuda, ipc) -> { mr, keyLo, keyHi, key, remoteBase, ipc, ipcWhy? }:
+// ofiRegMr(lane, addr, len, cuda, ipc) -> { mr, keyLo, keyHi, key, remoteBase, ipc, device, ipcWhy? }:
 // registers memory on the lane's NIC (and endpoint, where the provider binds regions to
 // endpoints); ipc: CUDA memory with FI_HMEM_DEVICE_ONLY (OfiMemType::kCudaIpc), unless legacy
 // CUDA IPC cannot export it: then a plain registration, ipc false and ipcWhy.

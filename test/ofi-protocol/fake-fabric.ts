@@ -103,6 +103,8 @@ interface Reg extends Registration {
   kind: 'host' | 'cuda';
   /** FI_HMEM_DEVICE_ONLY: shm moves it by CUDA IPC, which fails when the peer is this host itself. */
   ipc: boolean;
+  /** The GPU of CUDA memory; -1 for host memory. */
+  device: number;
   base: number;
   len: number;
 }
@@ -129,12 +131,16 @@ interface Op {
   token: number;
   /** A failure failNext() chose for it. */
   injected?: Injected;
+  /** A read: the CUDA IPC copies into its host that were pending when it was posted. */
+  ipcBefore?: Set<Landing>;
 }
 
 interface Landing {
   rail: FakeRail;
   dst: Uint8Array;
   data: Uint8Array;
+  /** CUDA IPC copies: the target's GPU. */
+  device?: number;
 }
 
 export interface Injected {
@@ -187,7 +193,7 @@ export class FakeRail implements Rail {
     return this.av.push(Buffer.from(name).toString('hex')) - 1;
   }
 
-  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false): Registration {
+  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false, device = 0): Registration {
     if (!this.fabric.memory.view(addr, len)) throw systemError(`fi_mr_reg: [0x${addr.toString(16)}, +${len}) is not mapped (fake: Invalid argument)`);
     const key = (BigInt(this.uid) << 40n) | BigInt(this.nextKey++ * 7919);
     const id = this.fabric.nextDesc++;
@@ -197,6 +203,7 @@ export class FakeRail implements Rail {
       rail: this,
       kind,
       ipc: ipc && kind === 'cuda',
+      device: kind === 'cuda' ? device : -1,
       base: addr,
       len,
       desc: id,
@@ -252,6 +259,7 @@ export class FakeRail implements Rail {
   private post(op: Op): void {
     if (this.host.dead) return;
     this.log.push({ type: op.type, len: op.iov.reduce((s, v) => s + v[1], 0), imm: op.imm, token: op.token, raddr: op.raddr });
+    if (op.type === 'read') op.ipcBefore = new Set(this.host.rails.flatMap((r) => r.ipcPending));
     const i = this.inject.findIndex((x) => !x.type || x.type === op.type);
     this.fabric.ops.push(i >= 0 ? { ...op, injected: this.inject.splice(i, 1)[0] } : op);
   }
@@ -266,9 +274,18 @@ export class FakeRail implements Rail {
     for (const l of this.lagging.splice(0)) l.dst.set(l.data);
   }
 
-  /** Runs the pending CUDA IPC copies into this NIC's host, from their sources as they are now. */
-  landIpc(): void {
-    for (const l of this.ipcPending.splice(0)) l.dst.set(l.data);
+  /**
+   * Runs the pending CUDA IPC copies into this NIC that are in `before` and on GPU device, from
+   * their sources as they are now: a local read orders the copies issued on its GPU before it
+   * was posted, and no others.
+   */
+  landIpc(before: Set<Landing>, device: number): void {
+    const keep: Landing[] = [];
+    for (const l of this.ipcPending)
+      if (before.has(l) && l.device === device) l.dst.set(l.data);
+      else keep.push(l);
+    this.ipcPending.length = 0;
+    this.ipcPending.push(...keep);
   }
 }
 
@@ -320,10 +337,10 @@ export class FakeFabric {
    * Registered memory for a test: a Region over every rail of host h. ipc: GPU memory
    * registered for CUDA IPC, with plain localRegs, as the transport does under TSNET_OFI_GPU_IPC.
    */
-  region(h: FakeHost, size: number, kind: 'host' | 'cuda' = 'host', id = 1, ipc = false): Region {
+  region(h: FakeHost, size: number, kind: 'host' | 'cuda' = 'host', id = 1, ipc = false, device = 0): Region {
     const m = this.memory.alloc(size);
-    const regs = h.rails.map((r) => r.regMr(m.addr, size, kind, ipc));
-    const localRegs = ipc && kind === 'cuda' ? h.rails.map((r) => r.regMr(m.addr, size, kind)) : undefined;
+    const regs = h.rails.map((r) => r.regMr(m.addr, size, kind, ipc, device));
+    const localRegs = ipc && kind === 'cuda' ? h.rails.map((r) => r.regMr(m.addr, size, kind, false, device)) : undefined;
     return { id, base: m.addr, size, bytes: kind === 'host' ? m.bytes.subarray(0, size) : null, kind, regs, localRegs };
   }
 
@@ -408,14 +425,14 @@ export class FakeFabric {
     return out;
   }
 
-  private remote(op: Op, dst: FakeRail, len: number): { bytes: Uint8Array; lag: boolean; cuda: boolean } | string {
+  private remote(op: Op, dst: FakeRail, len: number): { bytes: Uint8Array; lag: boolean; cuda: boolean; device: number } | string {
     const key = (BigInt(op.keyHi >>> 0) << 32n) | BigInt(op.keyLo >>> 0);
     const reg = dst.byKey.get(key);
     if (!reg) return `Remote access error: key 0x${key.toString(16)} is not registered at the target (Permission denied)`;
     const addr = (this.opts.virtAddr ?? true) ? op.raddr : reg.base + op.raddr;
     if (addr < reg.base || addr + len > reg.base + reg.len)
       return `Remote access error: [0x${addr.toString(16)}, +${len}) is outside key 0x${key.toString(16)}'s registration (Permission denied)`;
-    return { bytes: this.memory.view(addr, len)!, lag: reg.kind === 'cuda' || this.laggy.has(reg.base), cuda: reg.kind === 'cuda' };
+    return { bytes: this.memory.view(addr, len)!, lag: reg.kind === 'cuda' || this.laggy.has(reg.base), cuda: reg.kind === 'cuda', device: reg.device };
   }
 
   // Executes ops[k]; false when it must wait (no posted receive at its target).
@@ -479,7 +496,8 @@ export class FakeFabric {
     if (op.type === 'read') {
       this.ops.splice(k, 1);
       dst.land(); // a read through a NIC is ordered after the writes that NIC delivered
-      if (dst.host === op.src.host) for (const r of dst.host.rails) r.landIpc(); // and a local read after the IPC copies
+      // and a local read of GPU memory after the IPC copies issued on its GPU before it was posted
+      if (dst.host === op.src.host && target.cuda) for (const r of dst.host.rails) r.landIpc(op.ipcBefore!, target.device);
       src[0].set(target.bytes);
       op.src.cq.push({ token: op.token, status: 0, flags: CqFlag.READ, len, imm: 0 });
       return true;
@@ -495,7 +513,7 @@ export class FakeFabric {
     const ipc = len > 0 && op.src.regs.get(op.iov[0][2])?.ipc === true;
     if (ipc) this.ipcWrites++;
     // Device to host (a registration of host memory at the target) is a synchronous copy.
-    if (ipc && target.cuda) dst.ipcPending.push({ rail: dst, dst: target.bytes, data: src[0] });
+    if (ipc && target.cuda) dst.ipcPending.push({ rail: dst, dst: target.bytes, data: src[0], device: target.device });
     else if (this.opts.lagWrites && target.lag && len > 0) dst.lagging.push({ rail: dst, dst: target.bytes, data: src[0].slice() });
     else target.bytes.set(src[0]);
     if (hasImm)

@@ -45,8 +45,8 @@ export class Side {
     readonly ep: OfiEndpoint,
   ) {}
 
-  region(size: number, kind: 'host' | 'cuda' = 'host', ipc = false): Region {
-    return this.world.fabric.region(this.host, size, kind, 1, ipc);
+  region(size: number, kind: 'host' | 'cuda' = 'host', ipc = false, device = 0): Region {
+    return this.world.fabric.region(this.host, size, kind, 1, ipc, device);
   }
 
   has(...slots: number[]): boolean {

@@ -7,7 +7,8 @@
 // a receiver sees its data only after its fence. An IPC registration used with the same
 // process fails in the fake as in shm.
 import { describe, expect, it } from 'vitest';
-import type { Region } from '../../plugin/transports/ofi/fabric';
+import { setLogSink } from '../../plugin/log';
+import type { RecvComm, Region, SendComm } from '../../plugin/transports/ofi/fabric';
 import { World, type WorldOptions, buf, expectBytes, pattern } from './harness';
 
 const SEEDS = [1, 2, 3, 4, 5];
@@ -192,5 +193,145 @@ describe('CUDA IPC: acknowledged sends', () => {
     expect(w.a.take(3).code).toBe(0);
     expectBytes(w.fabric.bytesOf(dst), 0, data);
     expect(w.a.ep.stats.staleWrites).toBeGreaterThanOrEqual(1); // the held acknowledgement, for the closed comm
+  });
+});
+
+describe('CUDA IPC: one round of fences for many receives', () => {
+  const SIZE = 32768; // above the eager limit: written
+  const reads = (w: World) => w.b.host.rails[0].log.filter((o) => o.type === 'read').length;
+  // Reads wait until n receives wait for fences at b, then never again.
+  function holdReadsUntil(w: World, n: number) {
+    let open = false;
+    w.fabric.hold = (type) => type === 'read' && !(open ||= w.b.ep.fences.waiting >= n);
+  }
+
+  // n sends of distinct data on each comm into receives of dst (each comm its own part).
+  function many(w: World, comms: { send: SendComm; recv: RecvComm }[], n: number, dst: Region[]) {
+    const src = w.a.region(SIZE * n * comms.length, 'cuda', true);
+    const data = pattern(77, SIZE * n * comms.length);
+    w.fabric.bytesOf(src).set(data);
+    comms.forEach((c, k) => {
+      for (let i = 0; i < n; i++) {
+        const at = (k * n + i) * SIZE;
+        c.recv.irecv(1000 * k + i, [buf(dst[k], i * SIZE, SIZE, 3)]);
+        c.send.isend(1000 * k + i, buf(src, at, SIZE, 3));
+      }
+    });
+    return (k: number, i: number) => data.subarray((k * n + i) * SIZE, (k * n + i + 1) * SIZE);
+  }
+
+  it.each(SEEDS)('receives of two comms that became ready while a round was in flight share the next round (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const second = w.connect();
+    const comms = [{ send, recv }, second];
+    const dst = [w.b.region(SIZE * 8, 'cuda', true), w.b.region(SIZE * 8, 'cuda', true)];
+    // The fence reads wait until all 16 receives wait for a fence.
+    holdReadsUntil(w, 16);
+    const want = many(w, comms, 8, dst);
+    const slots = [0, 1].flatMap((k) => Array.from({ length: 8 }, (_, i) => 1000 * k + i));
+    w.run(() => w.b.has(...slots) && w.a.has(...slots), 'all sends and receives');
+    for (const [k] of comms.entries())
+      for (let i = 0; i < 8; i++) {
+        expect(w.b.take(1000 * k + i)).toEqual({ code: 0, sizes: [SIZE] });
+        expectBytes(w.fabric.bytesOf(dst[k]), i * SIZE, want(k, i));
+      }
+    // The first ready receive's round, then one round for the other 15.
+    expect(w.b.ep.fences.rounds).toBe(2);
+    expect(w.b.ep.fences.fencedReceives).toBe(16);
+    expect(reads(w)).toBe(2);
+  });
+
+  it.each(SEEDS)('a receive that became ready while a round was in flight waits for the next round (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const src = w.a.region(2 * SIZE, 'cuda', true);
+    const data = pattern(seed, 2 * SIZE);
+    w.fabric.bytesOf(src).set(data);
+    const dst = w.b.region(2 * SIZE, 'cuda', true);
+    recv.irecv(1, [buf(dst, 0, SIZE, 1)]);
+    recv.irecv(2, [buf(dst, SIZE, SIZE, 2)]);
+    // Receive 1's round is posted and held; receive 2's writes complete meanwhile.
+    let held = true;
+    w.fabric.hold = (type) => type === 'read' && held;
+    send.isend(1, buf(src, 0, SIZE, 1));
+    w.run(() => reads(w) === 1, 'the first round');
+    send.isend(2, buf(src, SIZE, SIZE, 2));
+    w.run(() => w.b.ep.fences.waiting === 2, 'receive 2 waiting');
+    expect(w.b.has(1, 2)).toBe(false);
+    held = false;
+    w.run(() => w.b.has(1, 2) && w.a.has(1, 2));
+    expect(w.b.take(1)).toEqual({ code: 0, sizes: [SIZE] });
+    expect(w.b.take(2)).toEqual({ code: 0, sizes: [SIZE] });
+    // The fake runs a copy at a local read only if it was issued before that read was posted.
+    expectBytes(w.fabric.bytesOf(dst), 0, data.subarray(0, SIZE));
+    expectBytes(w.fabric.bytesOf(dst), SIZE, data.subarray(SIZE));
+    expect(w.b.ep.fences.rounds).toBe(2);
+  });
+
+  it.each(SEEDS)('receives on different GPUs are fenced on their own GPU (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const src = w.a.region(3 * SIZE, 'cuda', true);
+    const data = pattern(seed, 3 * SIZE);
+    w.fabric.bytesOf(src).set(data);
+    const gpu0 = w.b.region(2 * SIZE, 'cuda', true, 0);
+    const gpu1 = w.b.region(SIZE, 'cuda', true, 1);
+    recv.irecv(1, [buf(gpu0, 0, SIZE, 1)]);
+    recv.irecv(2, [buf(gpu0, SIZE, SIZE, 2)]);
+    recv.irecv(3, [buf(gpu1, 0, SIZE, 3)]);
+    // Receive 1 gets a round on GPU 0; receives 2 (GPU 0) and 3 (GPU 1) wait for the next ones.
+    holdReadsUntil(w, 3);
+    send.isend(1, buf(src, 0, SIZE, 1));
+    w.run(() => reads(w) === 1, 'the first round');
+    send.isend(2, buf(src, SIZE, SIZE, 2));
+    send.isend(3, buf(src, 2 * SIZE, SIZE, 3));
+    w.run(() => w.b.has(1, 2, 3) && w.a.has(1, 2, 3));
+    for (const s of [1, 2, 3]) expect(w.b.take(s)).toEqual({ code: 0, sizes: [SIZE] });
+    expectBytes(w.fabric.bytesOf(gpu0), 0, data.subarray(0, 2 * SIZE));
+    expectBytes(w.fabric.bytesOf(gpu1), 0, data.subarray(2 * SIZE));
+    expect(w.b.ep.fences.rounds).toBe(3);
+  });
+
+  it('a failed fence read fails the comms whose receives waited for it, with the provider words', () => {
+    const { w, send, recv } = ipcWorld(5);
+    const warns: string[] = [];
+    setLogSink((level, _f, msg) => {
+      if (level === 2) warns.push(msg);
+    });
+    try {
+      const src = w.a.region(SIZE, 'cuda', true);
+      const dst = w.b.region(SIZE, 'cuda', true);
+      w.b.host.rails[0].failNext({ type: 'read', status: -5, error: 'fake provider: copy engine fault' });
+      recv.irecv(1, [buf(dst, 0, SIZE, 1)]);
+      send.isend(1, buf(src, 0, SIZE, 1));
+      w.run(() => w.b.has(1));
+      expect(w.b.take(1).code).toBe(2);
+      expect(warns.join('\n')).toMatch(/CUDA IPC fence \(local RDMA read\) on rail 0 failed: fake provider: copy engine fault \(EIO\)/);
+      recv.irecv(2, [buf(dst, 0, SIZE, 1)]); // later requests fail at once
+      expect(w.b.take(2).code).toBe(2);
+    } finally {
+      setLogSink(() => {});
+    }
+  });
+
+  it.each(SEEDS)('a receive comm that closes while its receive waits for a round leaves the round to the others (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const other = w.connect();
+    const src = w.a.region(2 * SIZE, 'cuda', true);
+    const data = pattern(seed, 2 * SIZE);
+    w.fabric.bytesOf(src).set(data);
+    const dst = w.b.region(2 * SIZE, 'cuda', true);
+    holdReadsUntil(w, 2);
+    recv.irecv(1, [buf(dst, 0, SIZE, 1)]);
+    send.isend(1, buf(src, 0, SIZE, 1));
+    other.recv.irecv(2, [buf(dst, SIZE, SIZE, 1)]);
+    other.send.isend(2, buf(src, SIZE, SIZE, 1));
+    w.run(() => w.b.ep.fences.waiting === 2, 'both receives waiting');
+    recv.close();
+    send.close();
+    w.run(() => w.b.has(2) && w.a.has(2));
+    expect(w.b.take(2)).toEqual({ code: 0, sizes: [SIZE] });
+    expectBytes(w.fabric.bytesOf(dst), SIZE, data.subarray(SIZE));
+    expect(w.b.has(1)).toBe(false); // NCCL closed it: nothing is reported
+    w.settle();
+    expect(w.b.ep.fences.waiting).toBe(0);
   });
 });

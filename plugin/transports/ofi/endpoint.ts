@@ -11,6 +11,7 @@ import type { OfiComm } from './comm';
 import type { OfiConfig } from './config';
 import { OfiConnector, OfiListener } from './connect';
 import { CqFlag, type Completion, type HostBuffer, type OnCompletions, type Rail, type Region } from './fabric';
+import { Fences } from './fence';
 import { LINE_BYTES, ZERO_AT } from './line';
 import { OpKind, OpTable } from './ops';
 import { deviceRails } from './policy/rails';
@@ -63,6 +64,8 @@ export class OfiEndpoint {
   readonly railCount: number;
   readonly pool: BouncePool;
   readonly ops = new OpTable();
+  /** CUDA IPC: receives waiting for a fence, one round of reads for all of a GPU's. */
+  readonly fences: Fences;
   /** Registered host lines the transport owns (flush targets, 0-byte sources). */
   readonly line: OwnedRegion;
   readonly zeroAt = ZERO_AT;
@@ -125,20 +128,26 @@ export class OfiEndpoint {
     const window = Math.max(4, Math.ceil(this.config.bouncePosted / rails.length));
     this.pool = new BouncePool(rails, window, bufBytes);
     this.pool.start();
+    this.fences = new Fences(this);
   }
 
   /** Give this to the engine: every batch of completions of every rail. */
   readonly onCompletions: OnCompletions = (rail, batch) => {
     this.now = this.clock();
     const r = rail.index;
-    for (let i = 0; i < batch.length; i++) {
-      const c = batch[i];
-      const t = c.token;
-      if (isBounceToken(t)) this.onReceive(r, c);
-      else if (t === 0) {
-        if (c.flags & CqFlag.REMOTE_WRITE) this.onRemoteWrite(r, c);
-        else log.warn(`${this.name}: rail ${r}: a completion without a token (flags 0x${c.flags.toString(16)}, status ${c.status})`);
-      } else this.onOp(r, c);
+    this.fences.batching = true;
+    try {
+      for (let i = 0; i < batch.length; i++) {
+        const c = batch[i];
+        const t = c.token;
+        if (isBounceToken(t)) this.onReceive(r, c);
+        else if (t === 0) {
+          if (c.flags & CqFlag.REMOTE_WRITE) this.onRemoteWrite(r, c);
+          else log.warn(`${this.name}: rail ${r}: a completion without a token (flags 0x${c.flags.toString(16)}, status ${c.status})`);
+        } else this.onOp(r, c);
+      }
+    } finally {
+      this.fences.start(); // one round of fences for the batch's receives
     }
     this.pool.refill(r);
   };
@@ -336,6 +345,13 @@ export class OfiEndpoint {
       return;
     }
     const kind = ops.kind[t] as OpKind;
+    if (kind === OpKind.FENCE) {
+      // The endpoint's own: a round of fences for the receives of every comm on one GPU.
+      const device = ops.a[t];
+      ops.free(t);
+      this.fences.onDone(device, r, c);
+      return;
+    }
     const comm = this.comms[ops.comm[t]];
     const a = ops.a[t];
     const b = ops.b[t];

@@ -33,6 +33,8 @@ export interface Registration {
    */
   readonly ipc?: boolean;
   readonly ipcWhy?: string;
+  /** The GPU the memory is on (CUDA ordinal); -1 or absent: host memory, or not known. */
+  readonly device?: number;
 }
 
 /** Registered host memory that the transport owns (bounce, mailbox, flush lines). */

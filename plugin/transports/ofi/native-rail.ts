@@ -19,6 +19,8 @@ export interface MrAnswer {
   /** ipc asked: whether the region got FI_HMEM_DEVICE_ONLY, and if not, why. */
   ipc?: boolean;
   ipcWhy?: string;
+  /** The GPU ordinal of CUDA memory; -1 for host memory. */
+  device?: number;
 }
 
 /** A NIC as ofiOpen describes it. */
@@ -62,7 +64,7 @@ function netError(e: unknown): NetError {
 }
 
 function registration(a: MrAnswer, base: number): Registration {
-  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base), ipc: a.ipc, ipcWhy: a.ipcWhy };
+  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base), ipc: a.ipc, ipcWhy: a.ipcWhy, device: a.device };
 }
 
 export class NativeRail implements Rail, CqeHandler {

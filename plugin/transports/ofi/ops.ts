@@ -20,8 +20,9 @@ export const enum OpKind {
   /** CONNECT, ACCEPT or HEARTBEAT: nothing to do but notice errors; a = SETUP_MESSAGE for CONNECT and ACCEPT. */
   MESSAGE = 7,
   /**
-   * CUDA IPC: a local read of a written receive's GPU buffer, ordered after the device-to-device
-   * copies that wrote it (a = receive sequence).
+   * CUDA IPC: a local read of GPU memory, ordered after the device-to-device copies issued
+   * before it on that GPU (a = the GPU's ordinal). The endpoint's own (comm 0): one round of
+   * them completes the receives of every comm waiting on that GPU (fence.ts).
    */
   FENCE = 8,
   /** CUDA IPC: the acknowledgement of a fenced receive, written into the sender's mailbox (a = receive sequence). */

@@ -7,8 +7,9 @@
 // new receive; it never holds back later messages, so a receiver that posts one receive at a
 // time cannot deadlock. iflush reads (or writes then reads) through every NIC of the comm.
 // With a sender that moves GPU memory by CUDA IPC, a receive that was written completes only
-// after a fence (a local read of its GPU buffer through every NIC of the comm), and then the
-// sender is told (an acknowledgement write) that it may reuse the buffers it sent from.
+// after a fence (a local read of GPU memory through every NIC of the comm), and then the
+// sender is told (an acknowledgement write) that it may reuse the buffers it sent from. The
+// endpoint fences the receives of all its comms on a GPU together (fence.ts).
 // Completions are queued and reported when the outermost call returns, so a completion
 // callback may post the next request.
 import { ResultCode } from '../../abi';
@@ -82,8 +83,6 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private readonly rN = new Uint8Array(RING);
   private readonly rDone = new Uint8Array(RING);
   private readonly rCode = new Uint8Array(RING);
-  /** CUDA IPC: fence reads in flight per receive. */
-  private readonly rFence = new Uint8Array(RING);
   /** The sender moves GPU memory by CUDA IPC: fence written receives and acknowledge them. */
   private readonly acks: boolean;
   /**
@@ -208,7 +207,6 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     this.rN[w] = n;
     this.rDone[w] = 0;
     this.rCode[w] = ResultCode.SUCCESS;
-    this.rFence[w] = 0;
     const ep = this.ep;
     const line = ep.line;
     const st = this.st32;
@@ -416,23 +414,32 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
 
   // CUDA IPC: libfabric's shm moves a written GPU buffer with a device-to-device cudaMemcpy,
   // which returns (and both sides' completions come) before the copy has run. A later copy
-  // out of device memory in this process waits for it (one default stream): a local read of
-  // one line of a written GPU sub-receive through every NIC of the comm. The receive
-  // completes, and is acknowledged, when those reads are done. False: nothing to fence.
+  // out of device memory on that GPU in this process waits for it: the receive waits for the
+  // endpoint's next round of fences on the GPU of its first written GPU sub-receive (a local
+  // read of one line, fence.ts), then completes and is acknowledged. False: nothing to fence.
+  // Every written GPU sub-receive of one receive is on one GPU: NCCL's buffers of a comm are.
   private fence(w: number): boolean {
     const sub = this.writtenSub(w, true);
     if (sub < 0) return false;
-    const ep = this.ep;
     const region = this.sRegion[sub]!;
-    const regs = region.localRegs ?? region.regs;
-    const at = region.base + this.sOffset[sub];
-    this.rFence[w] = this.nics;
-    for (let nic = 0; nic < this.nics; nic++) {
-      const token = ep.ops.alloc(OpKind.FENCE, this.id, this.serial, nic, this.rSeq[w], 0, 0);
-      const reg = regs[nic];
-      ep.rails[nic].read(ep.selfPeer[nic], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic, flushBytes(this.sBytes[sub]), ep.line.regs[nic].desc, reg.remote(at), reg.keyLo, reg.keyHi, token);
-    }
+    const device = (region.localRegs ?? region.regs)[0]?.device ?? 0;
+    this.ep.fences.wait(this, this.rSeq[w], device < 0 ? 0 : device, this.nics, region, region.base + this.sOffset[sub], this.sBytes[sub]);
     return true;
+  }
+
+  get fenceable(): boolean {
+    return !this.failed && !this.closed;
+  }
+
+  /** The round of fences that receive seq waited for is done (ok), or one of its reads failed. */
+  fenceDone(seq: number, ok: boolean, rail: number, c: Completion): void {
+    if (!ok) return this.onOpError(OpKind.FENCE, rail, c, seq);
+    const w = seq % RING;
+    if (!this.rLive[w] || this.rSeq[w] !== seq) return;
+    this.depth++;
+    this.markFenced(w);
+    this.finish(w);
+    this.leave();
   }
 
   // The fence ordered every copy into this receive: its written GPU buffers need no flush.
@@ -536,12 +543,6 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       const reg = (target.localRegs ?? target.regs)[b];
       const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, b, a, 0, 0);
       ep.rails[b].read(ep.selfPeer[b], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b, FLUSH_LINE, ep.line.regs[b].desc, reg.remote(at), reg.keyLo, reg.keyHi, token);
-    } else if (kind === OpKind.FENCE) {
-      const w = a % RING;
-      if (this.rLive[w] && this.rSeq[w] === a && --this.rFence[w] === 0) {
-        this.markFenced(w);
-        this.finish(w);
-      }
     } else if (kind === OpKind.FLUSH_READ) {
       if (--this.fLeft[a] === 0) {
         this.flushes--;
