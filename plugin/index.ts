@@ -35,7 +35,7 @@ const plugin = new Plugin({
   setSpin: (us) => binding.setSpin(us),
   makeTransport: (config, regions) => {
     const port = () => {
-      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000 });
+      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs });
       if (config.traceFile) binding.ioTrace(true);
       return p;
     };

@@ -24,6 +24,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -566,23 +567,22 @@ void freeLane(IoThread* t, Lane* l) {
   E->freeIds.push_back(id);
 }
 
-// Endpoints without a wait fd (libfabric's shm) after activity: sleep kNoWaitShortUs instead of
-// epoll_wait's 1 ms minimum, for kNoWaitRecentNs. epoll_pwait2 (Linux 5.11) takes a timespec;
-// where the kernel lacks it, 1 ms it is.
-constexpr long kNoWaitShortUs = 50;
+// Endpoints without a wait fd (libfabric's shm) after activity: sleep the thread's noWaitNs
+// (TSNET_OFI_POLL_US) instead of epoll_wait's 1 ms minimum, for kNoWaitRecentNs. epoll_pwait2
+// (Linux 5.11) takes a timespec; where the kernel lacks it, 1 ms it is.
 constexpr uint64_t kNoWaitRecentNs = 1000000;
 std::atomic<bool> g_noPwait2{false};
 
-int waitShort(int ep, epoll_event* evs, int max, long us) {
+int waitShort(int ep, epoll_event* evs, int max, uint64_t ns) {
 #ifdef SYS_epoll_pwait2
   if (!g_noPwait2.load(std::memory_order_relaxed)) {
-    timespec ts{0, us * 1000};
+    timespec ts{static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
     long r = syscall(SYS_epoll_pwait2, ep, evs, max, &ts, nullptr, 0);
     if (r >= 0 || errno != ENOSYS) return static_cast<int>(r);
     g_noPwait2.store(true, std::memory_order_relaxed);
   }
 #else
-  (void)us;
+  (void)ns;
 #endif
   return epoll_wait(ep, evs, max, 1);
 }
@@ -592,6 +592,9 @@ void threadMain(IoThread* t) {
   char name[16];
   snprintf(name, sizeof name, "tsnet-io%d", t->index);
   pthread_setname_np(pthread_self(), name);
+  // A timed sleep ends up to the timer slack late (50 us by default): polls of endpoints
+  // without a wait fd shorter than that would double. This thread's slack only.
+  if (t->noWaitNs < 50000) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(std::max<uint64_t>(1000, t->noWaitNs / 10)), 0, 0, 0);
   epoll_event evs[kEvents];
   std::vector<Lane*> run;
   uint64_t lastWork = 0;
@@ -639,14 +642,14 @@ void threadMain(IoThread* t) {
       if (!anySubs(t) && !t->admin.load(std::memory_order_seq_cst)) {
         timeout = lingerMs;
         // An endpoint without a wait fd progresses only when polled (shm): every ms, and for
-        // the first ms after activity every kNoWaitShortUs (a reply is usually that close).
+        // the first ms after activity every noWaitNs (a reply is usually that close).
         if (!t->ofi.empty() && (t->ofiNoWait || !ofiMayBlock(t))) {
           timeout = t->ofiNoWait ? 1 : 0;
           shortWait = t->ofiNoWait && now - lastWork < kNoWaitRecentNs;
         }
       }
     }
-    int n = shortWait ? waitShort(t->ep, evs, kEvents, kNoWaitShortUs) : epoll_wait(t->ep, evs, kEvents, timeout);
+    int n = shortWait ? waitShort(t->ep, evs, kEvents, t->noWaitNs) : epoll_wait(t->ep, evs, kEvents, timeout);
     __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
     if (n > 0) lastWork = nowNs();
     for (int i = 0; i < n; i++) {
@@ -682,7 +685,7 @@ void postAdmin(IoThread* t, Admin* a) {
   wakeThread(t);
 }
 
-bool startThreads(int n, double spinUs, double lingerMs, std::string* why) {
+bool startThreads(int n, double spinUs, double lingerMs, double pollUs, std::string* why) {
   Engine* e = new Engine();
   e->sleeping = new int32_t[kMaxIoThreads]();
   e->lingerNs = static_cast<uint64_t>(lingerMs * 1e6);
@@ -693,6 +696,7 @@ bool startThreads(int n, double spinUs, double lingerMs, std::string* why) {
     t->ev = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     t->scratch = new uint8_t[kScratchBytes];
     t->spinNs = spinUs > 0 ? static_cast<uint64_t>(spinUs * 1000) : 0;
+    t->noWaitNs = static_cast<uint64_t>((pollUs >= 1 ? pollUs : 1) * 1000);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = nullptr;

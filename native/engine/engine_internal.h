@@ -102,6 +102,7 @@ struct IoThread {
   Op* freeOps = nullptr;
   std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread
   uint64_t spinNs = 0;  // after work, poll this long before sleeping (TSNET_SPIN_US)
+  uint64_t noWaitNs = 50000;  // sleep between polls of endpoints without a wait fd, after activity (TSNET_OFI_POLL_US)
   uint8_t* scratch = nullptr;
 };
 
@@ -125,7 +126,7 @@ struct Engine {
 extern Engine* E;
 
 // engine.cc
-bool startThreads(int n, double spinUs, double lingerMs, std::string* why);
+bool startThreads(int n, double spinUs, double lingerMs, double pollUs, std::string* why);
 void emit(IoThread* t, int port, uint32_t link, uint32_t op, int status, double value, uint64_t imm = 0,
           uint32_t flags = 0);
 Op* allocOp(IoThread* t);

@@ -59,16 +59,16 @@ Lane* ownLane(const Napi::CallbackInfo& info, const char* fn) {
   return l;
 }
 
-// ioStart(threads, spinUs, lingerMs): starts the I/O threads, once per process.
+// ioStart(threads, spinUs, lingerMs, pollUs): starts the I/O threads, once per process.
 Napi::Value IoStart(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  double n, spinUs, lingerMs;
-  if (!number(info, 0, &n) || !number(info, 1, &spinUs) || !number(info, 2, &lingerMs))
-    return fail(env, "ioStart(threads, spinUs, lingerMs) needs three numbers");
+  double n, spinUs, lingerMs, pollUs;
+  if (!number(info, 0, &n) || !number(info, 1, &spinUs) || !number(info, 2, &lingerMs) || !number(info, 3, &pollUs))
+    return fail(env, "ioStart(threads, spinUs, lingerMs, pollUs) needs four numbers");
   if (E) return Napi::Number::New(env, static_cast<double>(E->threads.size()));
   if (n < 1 || n > kMaxIoThreads) return fail(env, "ioStart: threads must be 1.." + std::to_string(kMaxIoThreads), true);
   std::string why;
-  if (!startThreads(static_cast<int>(n), spinUs, lingerMs, &why)) return sysFail(env, "ioStart: " + why, errno);
+  if (!startThreads(static_cast<int>(n), spinUs, lingerMs, pollUs, &why)) return sysFail(env, "ioStart: " + why, errno);
   log(kLogInfo, "io: started %d I/O thread%s", static_cast<int>(n), n == 1 ? "" : "s");
   return Napi::Number::New(env, n);
 }

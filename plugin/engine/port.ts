@@ -19,7 +19,7 @@ export interface CqeHandler {
 
 /** The engine's functions this file needs (the binding, or a fake in tests). */
 export interface EngineBinding {
-  ioStart(threads: number, spinUs: number, lingerMs: number): number;
+  ioStart(threads: number, spinUs: number, lingerMs: number, pollUs: number): number;
   ioPort(): { sub: ArrayBuffer[]; cq: ArrayBuffer[]; sleeping: Int32Array; port: number };
   ioWake(thread: number): void;
 }
@@ -163,9 +163,9 @@ export class Port {
   private readonly freeLinks: number[] = [];
 
   /** This thread's port; the first call on thread 0 starts the I/O threads. */
-  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number }): Port {
+  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number; pollUs: number }): Port {
     if (!Port.shared) {
-      binding.ioStart(opts.ioThreads, opts.spinUs, opts.lingerMs);
+      binding.ioStart(opts.ioThreads, opts.spinUs, opts.lingerMs, opts.pollUs);
       Port.shared = new Port(binding);
     }
     return Port.shared;

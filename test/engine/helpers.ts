@@ -35,7 +35,7 @@ export function engine(ioThreads = 2, lingerMs = 2000): EngineAddon {
   if (!addon) {
     addon = require(ADDON) as EngineAddon;
     addon.setThread(0);
-    addon.ioStart(ioThreads, 0, lingerMs);
+    addon.ioStart(ioThreads, 0, lingerMs, 50);
   }
   return addon;
 }

@@ -42,6 +42,7 @@ describe('readConfig defaults', () => {
       traceFile: undefined,
       stats: false,
       spinUs: 0,
+      pollUs: 50,
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
@@ -65,6 +66,16 @@ describe('readConfig defaults', () => {
     expect(readConfig({}, 8).config.spinUs).toBe(200);
     expect(readConfig({}, 7).config.spinUs).toBe(0);
     expect(readConfig({ TSNET_SPIN_US: '7' }, 2).config.spinUs).toBe(7);
+  });
+
+  it('polls endpoints without a wait fd every 50 us after activity unless TSNET_OFI_POLL_US says otherwise', () => {
+    expect(readConfig({}, 2).config.pollUs).toBe(50);
+    const set = readConfig({ TSNET_OFI_POLL_US: '5', TSNET_TRANSPORT: 'ofi' }, 2);
+    expect(set.config.pollUs).toBe(5);
+    expect(set.lines).toContain('poll interval us of endpoints without a wait fd = 5 (TSNET_OFI_POLL_US)');
+    expect(readConfig({ TSNET_TRANSPORT: 'ofi' }, 2).lines).toContain('poll interval us of endpoints without a wait fd = 50 (default)');
+    expect(() => readConfig({ TSNET_OFI_POLL_US: '0' }, 2)).toThrow(/TSNET_OFI_POLL_US=0: expected 1 to 1000/);
+    expect(() => readConfig({ TSNET_OFI_POLL_US: 'fast' }, 2)).toThrow(/TSNET_OFI_POLL_US=fast: expected an integer/);
   });
 
   it('treats an empty value as unset', () => {
