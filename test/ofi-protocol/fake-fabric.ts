@@ -55,6 +55,8 @@ export interface FakeOptions {
    * on it (it copies every iovec as the first one's memory). Default true.
    */
   mixedIov?: boolean;
+  /** TSNET_TRACE: completions carry a time (the step count + 1, in µs) and the rail's index as their I/O thread. */
+  times?: boolean;
 }
 
 interface Mapping {
@@ -403,6 +405,11 @@ export class FakeFabric {
     const max = this.opts.maxBatch ?? 8;
     const n = 1 + Math.floor(this.random() * Math.min(max, r.cq.length));
     const batch = r.cq.splice(0, n);
+    if (this.opts.times)
+      for (const c of batch) {
+        c.time = this.steps + 1;
+        c.io = r.index;
+      }
     r.onCompletions?.(r, batch);
   }
 

@@ -5,7 +5,7 @@ import { type NetError, remoteError } from '../../errors';
 import { log } from '../../log';
 import { MAX_RAILS } from './config';
 import type { OfiEndpoint } from './endpoint';
-import type { Complete, Completion } from './fabric';
+import type { Complete, Completion, StepTrace } from './fabric';
 import { OpKind } from './ops';
 import { nicOf } from './policy/rails';
 import { completionError } from './status';
@@ -42,6 +42,8 @@ export abstract class OfiComm {
   failed: NetError | undefined;
   closed = false;
   complete: Complete = noComplete;
+  /** TSNET_TRACE: steps of this comm's requests, timed by the I/O thread's completions. */
+  trace: StepTrace | undefined;
   protected heardAt: number;
   protected wroteAt: number;
 

@@ -76,6 +76,12 @@ export class OfiEndpoint {
   /** The clock as of the last completion batch or tick. */
   now: number;
   readonly stats = { staleWrites: 0, staleMessages: 0, staleOps: 0 };
+  /**
+   * TSNET_TRACE: the time (µs) and I/O thread of the completion being handled, for the comms'
+   * trace steps; 0 outside a completion batch or when not tracing.
+   */
+  cqTime = 0;
+  cqIo = 0;
   /** Largest eager message (header included) the bounce buffers hold; -1: none. */
   readonly eagerCapacity: number;
   /** A send from GPU memory may go eager (EndpointOptions.gpuEager). */
@@ -140,6 +146,8 @@ export class OfiEndpoint {
       for (let i = 0; i < batch.length; i++) {
         const c = batch[i];
         const t = c.token;
+        this.cqTime = c.time ?? 0;
+        this.cqIo = c.io ?? 0;
         if (isBounceToken(t)) this.onReceive(r, c);
         else if (t === 0) {
           if (c.flags & CqFlag.REMOTE_WRITE) this.onRemoteWrite(r, c);
@@ -147,6 +155,7 @@ export class OfiEndpoint {
         } else this.onOp(r, c);
       }
     } finally {
+      this.cqTime = 0;
       this.fences.start(); // one round of fences for the batch's receives
     }
     this.pool.refill(r);

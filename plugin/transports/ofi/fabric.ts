@@ -101,6 +101,9 @@ export interface Completion {
   immHi?: number;
   /** The provider's words for an error (fi_cq_strerror). */
   error?: string;
+  /** TSNET_TRACE: when the I/O thread read it (µs, CLOCK_MONOTONIC), else 0; and which I/O thread. */
+  time?: number;
+  io?: number;
 }
 
 /**
@@ -138,8 +141,15 @@ export interface ReqBuf {
 /** sizes: n values for irecv, [size] for isend, [] for iflush; may be a reused array. */
 export type Complete = (slot: number, code: number, sizes: ArrayLike<number>) => void;
 
+/** TSNET_TRACE's view of a comm's requests: steps seen on an I/O thread (plugin/trace.ts). */
+export interface StepTrace {
+  step(slot: number, what: string, us: number, io: number): void;
+}
+
 export interface SendComm {
   isend(slot: number, buf: ReqBuf): void;
+  /** Set when tracing. */
+  trace?: StepTrace;
   /** Requests posted and not yet completed. */
   readonly pending: number;
   /** Heartbeats and the dead-peer check. */
@@ -152,6 +162,8 @@ export interface SendComm {
 
 export interface RecvComm {
   irecv(slot: number, bufs: ReqBuf[]): void;
+  /** Set when tracing. */
+  trace?: StepTrace;
   iflush(slot: number, bufs: ReqBuf[]): void;
   readonly pending: number;
   tick(now: number, timeoutMs: number): void;

@@ -159,8 +159,10 @@ export class NativeRail implements Rail, CqeHandler {
     this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_READ, addr, len, desc, peer, raddr, keyLo, keyHi, -1);
   }
 
-  onOp(op: number, status: number, value: number, _time: number, _io: number, imm: number, flags: number, immHi: number): void {
+  onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number): void {
     const c = this.one;
+    c.time = time;
+    c.io = io;
     c.immHi = immHi;
     c.token = op === CQE_REMOTE ? 0 : op;
     c.status = status;

@@ -399,6 +399,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private subDone(w: number, sub: number): void {
     this.sState[sub] = Sub.DONE;
     if (++this.rDone[w] < this.rN[w]) return;
+    if (this.trace) this.trace.step(this.rSlot[w], 'landed', this.ep.cqTime, this.ep.cqIo);
     if (this.acks && this.fence(w)) return;
     this.finish(w);
   }
@@ -436,6 +437,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     if (!ok) return this.onOpError(OpKind.FENCE, rail, c, seq);
     const w = seq % RING;
     if (!this.rLive[w] || this.rSeq[w] !== seq) return;
+    if (this.trace) this.trace.step(this.rSlot[w], 'fenced', this.ep.cqTime, this.ep.cqIo);
     this.depth++;
     this.markFenced(w);
     this.finish(w);

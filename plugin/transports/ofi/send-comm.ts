@@ -318,6 +318,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       const rec = this.recs[list[k]];
       if (rec.live && rec.ack && rec.recv === recv) {
         rec.ack = false;
+        if (this.trace) this.trace.step(rec.slot, 'acknowledged', this.ep.cqTime, this.ep.cqIo);
         this.settle(rec);
       } else list[keep++] = list[k];
     }
@@ -402,7 +403,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     if (kind !== OpKind.EAGER && kind !== OpKind.WRITE) return;
     const rec = this.recs[a];
     if (!rec.live || this.failed) return;
-    rec.left--;
+    if (--rec.left === 0 && this.trace) this.trace.step(rec.slot, kind === OpKind.EAGER ? 'sent' : 'written', this.ep.cqTime, this.ep.cqIo);
     this.settle(rec);
   }
 

@@ -23,7 +23,6 @@ export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
 // Requests are tracked per slot (NCCL's pool) to tell which use a region.
 class Wrapped {
   readonly stats: CommStats = { messages: 0, bytes: 0 };
-  trace: RequestTrace | undefined;
   protected readonly inflight = new Map<number, ReqBuf[]>();
   protected failedWith: NetError | undefined;
 
@@ -42,6 +41,15 @@ class Wrapped {
 
   get pending(): number {
     return this.comm.pending;
+  }
+
+  /** TSNET_TRACE: the RDMA comm records the steps its completions time. */
+  get trace(): RequestTrace | undefined {
+    return this.comm.trace;
+  }
+
+  set trace(t: RequestTrace | undefined) {
+    this.comm.trace = t;
   }
 
   start(): void {}
