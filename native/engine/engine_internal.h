@@ -98,6 +98,7 @@ struct IoThread {
   std::vector<Lane*> lingering;  // closing lanes waiting for the peer's end
   std::vector<Lane*> graveyard;  // freed before the next epoll_wait
   std::vector<Lane*> ofi;        // libfabric lanes: polled every pass
+  int cudaDevice = -1;           // the GPU whose primary context this thread made current (-1: none)
   int ofiNoWait = 0;             // of those, lanes without a wait fd: the thread never blocks long
   Op* freeOps = nullptr;
   std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread

@@ -19,6 +19,7 @@
 
 #include "../binding.h"
 #include "../internal.h"
+#include "../ofi/cuda.h"
 #include "../ofi/ofi.h"
 #include "engine_internal.h"
 
@@ -34,6 +35,9 @@ struct MrEntry {
 constexpr uint32_t kMrChunk = 1024, kMrChunks = 1024;
 std::atomic<MrEntry*> g_mrs[kMrChunks];
 std::mutex g_mu;  // discovery, domains, registration numbers
+// The GPU of the first CUDA memory registered in this process (-1: none yet). The I/O threads
+// make its primary context current before they call libfabric with it (useGpu).
+std::atomic<int> g_cudaDevice{-1};
 std::vector<uint32_t> g_freeMr;
 uint32_t g_nextMr = 1;
 std::vector<OfiNic>* g_nics = nullptr;
@@ -68,6 +72,21 @@ uint32_t flagsOf(const OfiCompletion& c) {
 void noteError(Lane* l, const std::string& words) {
   l->ofiLastError = words;
   if (++l->ofiErrors <= 3) log(kLogWarn, "ofi: lane %u: %s", l->id, words.c_str());
+}
+
+// libfabric's CUDA calls (shm's cuMemGetAddressRange of a region it exports for IPC, its
+// copies) run on the thread that posts or polls, and need a current context: tsnet's own
+// threads have none. So once the process has registered GPU memory, each I/O thread makes
+// that GPU's primary context (NCCL's) current, once. A process that registers memory of
+// several GPUs uses the first one's context; CUDA's unified addressing serves the others.
+void useGpu(IoThread* t) {
+  int device = g_cudaDevice.load(std::memory_order_acquire);
+  if (device < 0 || t->cudaDevice >= 0) return;
+  t->cudaDevice = device;
+  std::string why;
+  static std::atomic<bool> warned{false};
+  if (!cudaMakeCurrent(device, &why) && !warned.exchange(true))
+    log(kLogWarn, "ofi: I/O thread %d cannot make GPU %d's context current (%s); libfabric's CUDA calls on it may fail", t->index, device, why.c_str());
 }
 
 int post(Lane* l, Op* op) {
@@ -114,6 +133,7 @@ void ofiTake(IoThread*, Lane* l, Op* op) {
 
 bool ofiProgress(IoThread* t, Lane* l) {
   bool more = false;
+  useGpu(t);
   while (Op* op = l->ofiHead) {
     int r = post(l, op);
     if (r == kOfiAgain) {
@@ -378,6 +398,10 @@ Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
   if (!id) {
     delete m;
     return fail(env, "ofiRegMr: too many registrations", TSN_SYSTEM_ERROR);
+  }
+  if (m->device() >= 0) {
+    int none = -1;
+    g_cudaDevice.compare_exchange_strong(none, m->device(), std::memory_order_acq_rel);
   }
   return mrAnswer(env, id, m);
 }

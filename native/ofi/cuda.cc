@@ -12,6 +12,8 @@ namespace {
 
 using CUresult = int;
 using CUdeviceptr = unsigned long long;
+using CUdevice = int;
+using CUcontext = void*;
 constexpr CUresult kCudaSuccess = 0;
 constexpr CUresult kCudaErrorInvalidValue = 1;   // cuPointerGetAttribute on memory CUDA does not know
 constexpr int kAttrMemoryType = 2;               // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
@@ -27,6 +29,11 @@ struct Driver {
   CUresult (*pointerGetAttribute)(void* data, int attribute, CUdeviceptr ptr) = nullptr;
   CUresult (*getErrorString)(CUresult error, const char** str) = nullptr;
   CUresult (*flushGPUDirectRDMAWrites)(int target, int scope) = nullptr;  // CUDA 11.3+, may be absent
+  CUresult (*deviceGet)(CUdevice* device, int ordinal) = nullptr;
+  CUresult (*primaryCtxRetain)(CUcontext* ctx, CUdevice device) = nullptr;
+  CUresult (*ctxSetCurrent)(CUcontext ctx) = nullptr;
+  std::mutex ctxMu;
+  CUcontext ctx[64] = {};  // retained primary contexts by ordinal
   int devices = 0;
   bool ok = false;
   std::string why;  // why not ok
@@ -56,6 +63,9 @@ void load() {
   d.pointerGetAttribute = reinterpret_cast<decltype(d.pointerGetAttribute)>(dlsym(h, "cuPointerGetAttribute"));
   d.getErrorString = reinterpret_cast<decltype(d.getErrorString)>(dlsym(h, "cuGetErrorString"));
   d.flushGPUDirectRDMAWrites = reinterpret_cast<decltype(d.flushGPUDirectRDMAWrites)>(dlsym(h, "cuFlushGPUDirectRDMAWrites"));
+  d.deviceGet = reinterpret_cast<decltype(d.deviceGet)>(dlsym(h, "cuDeviceGet"));
+  d.primaryCtxRetain = reinterpret_cast<decltype(d.primaryCtxRetain)>(dlsym(h, "cuDevicePrimaryCtxRetain"));
+  d.ctxSetCurrent = reinterpret_cast<decltype(d.ctxSetCurrent)>(dlsym(h, "cuCtxSetCurrent"));
   if (!d.init || !d.deviceGetCount || !d.pointerGetAttribute) {
     d.why = "the CUDA driver lacks cuInit, cuDeviceGetCount or cuPointerGetAttribute: GPU memory cannot be registered";
     return;  // the handle stays open: harmless, and a driver is never unloaded under a process
@@ -117,6 +127,40 @@ int cudaLegacyIpcCapable(const void* p, std::string* why) {
     return -1;
   }
   return capable ? 1 : 0;
+}
+
+bool cudaMakeCurrent(int device, std::string* why) {
+  if (!cudaLoad(why)) return false;
+  Driver& d = driver();
+  if (device < 0 || device >= d.devices || device >= 64) {
+    if (why) *why = "no GPU " + std::to_string(device);
+    return false;
+  }
+  if (!d.deviceGet || !d.primaryCtxRetain || !d.ctxSetCurrent) {
+    if (why) *why = "the CUDA driver lacks cuDeviceGet, cuDevicePrimaryCtxRetain or cuCtxSetCurrent";
+    return false;
+  }
+  CUcontext ctx;
+  {
+    std::lock_guard<std::mutex> g(d.ctxMu);
+    if (!d.ctx[device]) {
+      CUdevice dev = 0;
+      CUresult r = d.deviceGet(&dev, device);
+      if (r == kCudaSuccess) r = d.primaryCtxRetain(&d.ctx[device], dev);  // kept for the process's life
+      if (r != kCudaSuccess) {
+        d.ctx[device] = nullptr;
+        if (why) *why = "cuDevicePrimaryCtxRetain(" + std::to_string(device) + ") failed: " + errorText(r);
+        return false;
+      }
+    }
+    ctx = d.ctx[device];
+  }
+  CUresult r = d.ctxSetCurrent(ctx);
+  if (r != kCudaSuccess) {
+    if (why) *why = "cuCtxSetCurrent failed: " + errorText(r);
+    return false;
+  }
+  return true;
 }
 
 bool cudaFlushRdmaWrites(std::string* why) {

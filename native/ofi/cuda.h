@@ -23,6 +23,12 @@ int cudaLegacyIpcCapable(const void* p, std::string* why);
 // Number of CUDA devices, 0 when there is no driver.
 int cudaDeviceCount();
 
+// Makes GPU `device`'s primary context (the one the CUDA runtime and NCCL use) current on the
+// calling thread, retaining it once per process. A thread of tsnet's own has no current
+// context, and libfabric's CUDA calls made on it then fail (cuMemGetAddressRange:
+// CUDA_ERROR_INVALID_CONTEXT) or land on GPU 0. False with the reason when it cannot.
+bool cudaMakeCurrent(int device, std::string* why);
+
 // cuFlushGPUDirectRDMAWrites for the current context, scope "owner": makes remote writes
 // into GPU memory visible to the GPU (the OFI_NCCL_CUDA_FLUSH_ENABLE flush). False with the
 // reason when the driver lacks it (CUDA < 11.3) or it fails.
