@@ -290,6 +290,43 @@ describe('CUDA IPC: one round of fences for many receives', () => {
     expect(w.b.ep.fences.rounds).toBe(3);
   });
 
+  const ackWrites = (w: World) => w.b.host.rails[0].log.filter((o) => o.type === 'write' && o.len === 0).length;
+
+  it.each(SEEDS)('the acknowledgements of a round leave in one write per comm, naming the others in the immediate data\'s high half (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    const second = w.connect();
+    const dst = [w.b.region(SIZE * 8, 'cuda', true), w.b.region(SIZE * 8, 'cuda', true)];
+    holdReadsUntil(w, 16);
+    const want = many(w, [{ send, recv }, second], 8, dst);
+    const slots = [0, 1].flatMap((k) => Array.from({ length: 8 }, (_, i) => 1000 * k + i));
+    w.run(() => w.b.has(...slots) && w.a.has(...slots), 'all sends and receives'); // every send was acknowledged
+    for (const k of [0, 1]) for (let i = 0; i < 8; i++) expectBytes(w.fabric.bytesOf(dst[k]), i * SIZE, want(k, i));
+    // One write per comm and round (16 receives, 2 rounds, 2 comms), not one per receive.
+    expect(w.b.ep.fences.rounds).toBe(2);
+    expect(ackWrites(w)).toBeLessThanOrEqual(4);
+  });
+
+  // n written receives on one comm, fenced in two rounds (the first ready, then the others); the acknowledgement writes.
+  function oneComm(w: World, send: SendComm, recv: RecvComm, n: number): number {
+    const dst = [w.b.region(SIZE * n, 'cuda', true)];
+    holdReadsUntil(w, n);
+    const want = many(w, [{ send, recv }], n, dst);
+    const slots = Array.from({ length: n }, (_, i) => i);
+    w.run(() => w.b.has(...slots) && w.a.has(...slots), 'all sends and receives');
+    for (let i = 0; i < n; i++) expectBytes(w.fabric.bytesOf(dst[0]), i * SIZE, want(0, i));
+    return ackWrites(w);
+  }
+
+  it.each(SEEDS)('more than 32 receives of a round take a write per 33 (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed);
+    expect(oneComm(w, send, recv, 40)).toBe(3); // 1; then 39 = 33 + 6
+  });
+
+  it.each(SEEDS)('with 4 bytes of immediate data every receive gets its own acknowledgement (seed %i)', (seed) => {
+    const { w, send, recv } = ipcWorld(seed, { fake: { cqDataBytes: 4 } });
+    expect(oneComm(w, send, recv, 8)).toBe(8);
+  });
+
   it('a failed fence read fails the comms whose receives waited for it, with the provider words', () => {
     const { w, send, recv } = ipcWorld(5);
     const warns: string[] = [];

@@ -82,6 +82,10 @@ export class OfiEndpoint {
    */
   cqTime = 0;
   cqIo = 0;
+  /** Inside a completion batch: comms queue their CUDA IPC acknowledgements until it ends. */
+  inBatch = false;
+  /** Receive comms with acknowledgements queued in this batch. */
+  private readonly acking = new Set<OfiRecvComm>();
   /** Largest eager message (header included) the bounce buffers hold; -1: none. */
   readonly eagerCapacity: number;
   /** A send from GPU memory may go eager (EndpointOptions.gpuEager). */
@@ -142,6 +146,7 @@ export class OfiEndpoint {
     this.now = this.clock();
     const r = rail.index;
     this.fences.batching = true;
+    this.inBatch = true;
     try {
       for (let i = 0; i < batch.length; i++) {
         const c = batch[i];
@@ -156,7 +161,13 @@ export class OfiEndpoint {
       }
     } finally {
       this.cqTime = 0;
+      this.inBatch = false;
       this.fences.start(); // one round of fences for the batch's receives
+      if (this.acking.size) {
+        const comms = [...this.acking];
+        this.acking.clear();
+        for (const c of comms) c.sendAcks(); // one write per comm for the batch's receives
+      }
     }
     this.pool.refill(r);
   };
@@ -206,6 +217,11 @@ export class OfiEndpoint {
   }
 
   // ---- used by comms and listeners --------------------------------------------------------
+
+  /** A receive comm queued acknowledgements in this batch: they leave when it ends. */
+  ackLater(c: OfiRecvComm): void {
+    this.acking.add(c);
+  }
 
   nextSerial(): number {
     return ++this.serials;

@@ -26,6 +26,7 @@ import { EAGER_HEADER_BYTES } from './policy/eager';
 import { FLUSH_LINE, FlushAction, flushAction, flushBytes } from './policy/flush';
 import { CtrlRails } from './policy/rails';
 import {
+  ACK_SPAN,
   type Connect,
   CONNECT_GPU_IPC,
   ENTRY_WORDS,
@@ -85,6 +86,10 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private readonly rCode = new Uint8Array(RING);
   /** The sender moves GPU memory by CUDA IPC: fence written receives and acknowledge them. */
   private readonly acks: boolean;
+  /** CUDA IPC: receives complete and fenced, not yet acknowledged (sendAcks). */
+  private readonly ackQ: number[] = [];
+  /** Acknowledgement writes so far (tests). */
+  acksSent = 0;
   /**
    * CUDA IPC: addresses of GPU buffers whose latest receive was fenced after its writes. Under
    * TSNET_FLUSH=auto their iflush has nothing left to do (the fence was that read).
@@ -455,14 +460,45 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     }
   }
 
-  /** CUDA IPC: tells the sender that receive r is complete and fenced (0 bytes into its mailbox). */
+  /**
+   * CUDA IPC: receive r is complete and fenced; the sender is told with a 0-byte write into its
+   * mailbox. Inside a completion batch it waits for the batch's end, so that one write can
+   * name several receives (sendAcks).
+   */
   private acknowledge(r: number): void {
+    this.ackQ.push(r);
+    if (this.ep.inBatch) this.ep.ackLater(this);
+    else this.sendAcks();
+  }
+
+  /**
+   * Writes the queued acknowledgements: where the rails carry 8 bytes of immediate data, one
+   * write names the newest receive and, in the high half, up to ACK_SPAN before it; else one
+   * write per receive.
+   */
+  sendAcks(): void {
+    const q = this.ackQ;
+    if (!q.length) return;
+    if (this.failed || this.closed) {
+      q.length = 0;
+      return;
+    }
     const ep = this.ep;
-    const l = this.ctrlRails.pick();
-    const nic = this.nic[l];
-    const token = ep.ops.alloc(OpKind.ACK, this.id, this.serial, nic, r, 0, 0);
-    this.wroteAt = ep.now;
-    ep.rails[nic].write(this.peer[l], ep.line.base + ep.zeroAt, 0, ep.line.regs[nic].desc, this.mailboxAddr, this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token);
+    q.sort((x, y) => y - x);
+    let i = 0;
+    while (i < q.length) {
+      const r = q[i++];
+      const l = this.ctrlRails.pick();
+      const nic = this.nic[l];
+      let mask = 0;
+      if (ep.rails[nic].cqDataBytes >= 8)
+        for (; i < q.length && r - q[i] <= ACK_SPAN; i++) mask |= 1 << (r - 1 - q[i]);
+      const token = ep.ops.alloc(OpKind.ACK, this.id, this.serial, nic, r, 0, 0);
+      this.wroteAt = ep.now;
+      this.acksSent++;
+      ep.rails[nic].write(this.peer[l], ep.line.base + ep.zeroAt, 0, ep.line.regs[nic].desc, this.mailboxAddr, this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token, mask >>> 0);
+    }
+    q.length = 0;
   }
 
   private finish(w: number): void {

@@ -282,7 +282,13 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   onRemoteWrite(_rail: number, imm: number, len: number): void {
     if (this.failed) return;
     this.heard();
-    if (immSegs(imm) === SEGS_ACK && this.ipc) return this.onAck(unwrapBefore(this.matcher.known - 1, immSeq(imm), 10));
+    if (immSegs(imm) === SEGS_ACK && this.ipc) {
+      // len: the high half of the immediate data (a 0-byte write): receives acknowledged with it.
+      const r = unwrapBefore(this.matcher.known - 1, immSeq(imm), 10);
+      this.onAck(r);
+      for (let more = len >>> 0, j = 0; more !== 0; more >>>= 1, j++) if (more & 1) this.onAck(r - 1 - j);
+      return;
+    }
     if (immSegs(imm) !== SEGS_CTRL) return this.protocolError(`a data write (immediate 0x${imm.toString(16)}) reached a send comm`);
     const known = this.matcher.known;
     const seq = unwrapAfter(known, immSeq(imm), 10);

@@ -5,7 +5,8 @@
 //   bits 0-9 message sequence mod 1024 | 10-24 comm id | 25-27 sub-receive index | 28-31 segments
 //   segments 1..14: a data segment of that many; 0: a control message (index = n - 1);
 //   15 into a receive comm: the send did not fit its sub-receive (0 bytes written);
-//   15 into a send comm: receive `sequence` is complete and fenced (CUDA IPC acknowledgement)
+//   15 into a send comm: receive `sequence` is complete and fenced (CUDA IPC acknowledgement);
+//   with 8 bytes of immediate data its high 32 bits acknowledge more: bit j receive sequence - 1 - j
 // immediate data of a two-sided message (32 bits): bits 0-14 comm or listener id | 15-17 kind
 // handle (80 bytes): u32 'TSNO', u16 version, u8 name length, u8 NICs, u16 listener id, u16 0,
 //   u32 nonce, 64-byte rail-0 endpoint name
@@ -15,7 +16,7 @@
 import { invalidArgument } from '../../errors';
 import { MAX_RAILS } from './config';
 
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 export const NAME_BYTES = 64;
 
 // ---- immediate data ----------------------------------------------------------------------
@@ -28,8 +29,13 @@ export const MAX_COMMS = 1 << COMM_BITS;
 export const COMM_MASK = MAX_COMMS - 1;
 export const SEGS_CTRL = 0;
 export const SEGS_TOO_BIG = 15;
-/** The same value into a send comm: the receive named by the sequence is complete and fenced. */
+/**
+ * The same value into a send comm: the receive named by the sequence is complete and fenced;
+ * where the provider carries 8 bytes of immediate data, bit j of the high half acknowledges
+ * receive sequence - 1 - j as well (ACK_SPAN receives before it).
+ */
 export const SEGS_ACK = 15;
+export const ACK_SPAN = 32;
 
 export const immWrite = (comm: number, seq: number, index: number, segs: number): number =>
   ((seq & SEQ_MASK) | (comm << 10) | (index << 25) | (segs << 28)) >>> 0;
