@@ -10,16 +10,14 @@
 // next round: its copy may have been issued after the round's read. A round starts when the
 // GPU has none in flight, at the end of the completion batch that made receives ready (so a
 // batch's receives share one round), or at once when they became ready outside a batch.
-import type { Completion, Region } from './fabric';
+import type { Completion, Rail, Region } from './fabric';
 import { FLUSH_READ_AT } from './line';
 import { OpKind } from './ops';
 import { FLUSH_LINE, flushBytes } from './policy/flush';
 
 /** What the fences need of the endpoint. */
 export interface FenceHost {
-  readonly rails: readonly {
-    read(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, token: number): void;
-  }[];
+  readonly rails: readonly Pick<Rail, 'read'>[];
   readonly selfPeer: Int32Array;
   readonly line: Region;
   readonly ops: { alloc(kind: OpKind, comm: number, serial: number, rail: number, a: number, b: number, c: number): number };
