@@ -230,12 +230,12 @@ describe('CUDA IPC: one round of fences for many receives', () => {
     const want = many(w, comms, 8, dst);
     const slots = [0, 1].flatMap((k) => Array.from({ length: 8 }, (_, i) => 1000 * k + i));
     w.run(() => w.b.has(...slots) && w.a.has(...slots), 'all sends and receives');
-    for (const [k] of comms.entries())
+    for (const k of [0, 1])
       for (let i = 0; i < 8; i++) {
         expect(w.b.take(1000 * k + i)).toEqual({ code: 0, sizes: [SIZE] });
         expectBytes(w.fabric.bytesOf(dst[k]), i * SIZE, want(k, i));
       }
-    // The first ready receive's round, then one round for the other 15.
+    // A round for the receive(s) ready first, then one round for all the others.
     expect(w.b.ep.fences.rounds).toBe(2);
     expect(w.b.ep.fences.fencedReceives).toBe(16);
     expect(reads(w)).toBe(2);
