@@ -2219,7 +2219,7 @@ static void sc_badinput(int version) {
 // ---------------------------------------------------------------- lifecycle
 
 // The signal masks of the plugin's threads (tsnet-*, from /proc/self/task/*/status): the
-// host's asynchronous signals blocked, faults not (native/guest.h). Returns the threads seen.
+// host's asynchronous signals blocked, faults not (native/guest.h).
 static void check_thread_mask(const char* name, const char* dir, void* arg) {
   (void)arg;
   char path[340], line[256];
@@ -2238,6 +2238,7 @@ static void check_thread_mask(const char* name, const char* dir, void* arg) {
   check(ok, "thread %s blocks the host's signals and no fault signal (SigBlk %llx)", name, blk);
 }
 
+// Checks every tsnet-* thread's mask; returns the threads seen.
 static int check_thread_masks(void) { return shim_threads("tsnet", check_thread_mask, NULL); }
 
 static void sc_lifecycle(int version) {

@@ -82,7 +82,10 @@ export class OfiEndpoint {
    */
   cqTime = 0;
   cqIo = 0;
-  /** Inside a completion batch: comms queue their CUDA IPC acknowledgements until it ends. */
+  /**
+   * Inside a completion batch: comms queue their CUDA IPC acknowledgements, and the fences their
+   * rounds, until it ends.
+   */
   inBatch = false;
   /** Receive comms with acknowledgements queued in this batch. */
   private readonly acking = new Set<OfiRecvComm>();
@@ -145,7 +148,6 @@ export class OfiEndpoint {
   readonly onCompletions: OnCompletions = (rail, batch) => {
     this.now = this.clock();
     const r = rail.index;
-    this.fences.batching = true;
     this.inBatch = true;
     try {
       for (let i = 0; i < batch.length; i++) {

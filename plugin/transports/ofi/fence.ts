@@ -20,6 +20,8 @@ export interface FenceHost {
   readonly rails: readonly Pick<Rail, 'read'>[];
   readonly selfPeer: Int32Array;
   readonly line: Region;
+  /** Inside a completion batch: rounds start when it ends (start()). */
+  readonly inBatch: boolean;
   readonly ops: { alloc(kind: OpKind, comm: number, serial: number, rail: number, a: number, b: number, c: number): number };
 }
 
@@ -51,8 +53,6 @@ class DeviceFences {
 
 export class Fences {
   private readonly devices = new Map<number, DeviceFences>();
-  /** Inside a completion batch: rounds start when it ends (start()). */
-  batching = false;
   /** Rounds posted and receives they completed (for tests and stats). */
   rounds = 0;
   fencedReceives = 0;
@@ -68,12 +68,11 @@ export class Fences {
     let d = this.devices.get(device);
     if (!d) this.devices.set(device, (d = new DeviceFences()));
     d.next.push({ comm, seq, nics, region, at, bytes });
-    if (!this.batching && d.reads === 0) this.post(device, d);
+    if (!this.ep.inBatch && d.reads === 0) this.post(device, d);
   }
 
   /** End of a completion batch: every GPU with receives waiting and no round in flight posts one. */
   start(): void {
-    this.batching = false;
     for (const [device, d] of this.devices) if (d.reads === 0 && d.next.length) this.post(device, d);
   }
 
@@ -92,7 +91,7 @@ export class Fences {
         if (!failure) this.fencedReceives++;
         w.comm.fenceDone(w.seq, !failure, failure ? failure.rail : rail, failure ? failure.c : c);
       }
-    if (!this.batching && d.next.length) this.post(device, d);
+    if (!this.ep.inBatch && d.next.length) this.post(device, d);
   }
 
   /** Receives waiting or in a round. */

@@ -88,8 +88,6 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private readonly acks: boolean;
   /** CUDA IPC: receives complete and fenced, not yet acknowledged (sendAcks). */
   private readonly ackQ: number[] = [];
-  /** Acknowledgement writes so far (tests). */
-  acksSent = 0;
   /**
    * CUDA IPC: addresses of GPU buffers whose latest receive was fenced after its writes. Under
    * TSNET_FLUSH=auto their iflush has nothing left to do (the fence was that read).
@@ -495,7 +493,6 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
         for (; i < q.length && r - q[i] <= ACK_SPAN; i++) mask |= 1 << (r - 1 - q[i]);
       const token = ep.ops.alloc(OpKind.ACK, this.id, this.serial, nic, r, 0, 0);
       this.wroteAt = ep.now;
-      this.acksSent++;
       ep.rails[nic].write(this.peer[l], ep.line.base + ep.zeroAt, 0, ep.line.regs[nic].desc, this.mailboxAddr, this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token, mask >>> 0);
     }
     q.length = 0;
