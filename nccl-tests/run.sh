@@ -14,8 +14,9 @@
 #   NP        processes of the mpi modes (default: 2)
 #   VARIANTS  any of (default: tsnet socket socket-tuned)
 #             tsnet           tsnet, its default transport (TCP)
-#             tsnet-ofi       tsnet over libfabric, NCCL_NET_GDR_LEVEL=SYS: GPU buffers go to
-#                             the plugin when it offers CUDA pointers (GPUDirect)
+#             tsnet-ofi       tsnet over libfabric, NCCL_NET_GDR_LEVEL=SYS and TSNET_OFI_CUDA_API=1:
+#                             GPU buffers go to the plugin (GPUDirect), even through a provider
+#                             that calls CUDA inside libfabric, as shm does (it can deadlock)
 #             tsnet-ofi-ipc   tsnet-ofi with TSNET_OFI_GPU_IPC=1 (GPU memory registered for
 #                             CUDA IPC) and NCCL_CUMEM_ENABLE=0: legacy CUDA IPC cannot export
 #                             the cuMem* memory NCCL allocates by default, which would then
@@ -53,8 +54,8 @@ variant_env() {
   local ofi="NCCL_NET=tsnet NCCL_NET_PLUGIN=$so TSNET_TRANSPORT=ofi"
   case $1 in
     tsnet) echo "NCCL_NET=tsnet NCCL_NET_PLUGIN=$so" ;;
-    tsnet-ofi) echo "$ofi NCCL_NET_GDR_LEVEL=SYS" ;;
-    tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_GPU_IPC=1 NCCL_CUMEM_ENABLE=0" ;;
+    tsnet-ofi) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1" ;;
+    tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1 TSNET_OFI_GPU_IPC=1 NCCL_CUMEM_ENABLE=0" ;;
     tsnet-ofi-host) echo "$ofi NCCL_NET_GDR_LEVEL=LOC" ;;
     socket) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none" ;;
     socket-tuned) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;

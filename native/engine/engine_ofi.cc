@@ -74,14 +74,15 @@ void noteError(Lane* l, const std::string& words) {
   if (++l->ofiErrors <= 3) log(kLogWarn, "ofi: lane %u: %s", l->id, words.c_str());
 }
 
-// libfabric's CUDA calls (shm's cuMemGetAddressRange of a region it exports for IPC, its
-// copies) run on the thread that posts or polls, and need a current context: tsnet's own
-// threads have none. So once the process has registered GPU memory, each I/O thread makes
-// that GPU's primary context (NCCL's) current, once. A process that registers memory of
-// several GPUs uses the first one's context; CUDA's unified addressing serves the others.
-void useGpu(IoThread* t) {
+// Where libfabric may call CUDA (TSNET_OFI_CUDA_API=1), its calls (shm's cuMemGetAddressRange
+// of a region it exports for IPC, its copies) run on the thread that posts or polls, and need a
+// current context: tsnet's own threads have none. So once the process has registered GPU
+// memory, each such I/O thread makes that GPU's primary context (NCCL's) current, once. A
+// process that registers memory of several GPUs uses the first one's context; CUDA's unified
+// addressing serves the others. Lanes whose endpoints make no CUDA call need none.
+void useGpu(IoThread* t, Lane* l) {
   int device = g_cudaDevice.load(std::memory_order_acquire);
-  if (device < 0 || t->cudaDevice >= 0) return;
+  if (device < 0 || t->cudaDevice >= 0 || l->ofi->domain()->nic().noCudaApi) return;
   t->cudaDevice = device;
   std::string why;
   static std::atomic<bool> warned{false};
@@ -133,7 +134,7 @@ void ofiTake(IoThread*, Lane* l, Op* op) {
 
 bool ofiProgress(IoThread* t, Lane* l) {
   bool more = false;
-  useGpu(t);
+  useGpu(t, l);
   while (Op* op = l->ofiHead) {
     int r = post(l, op);
     if (r == kOfiAgain) {
@@ -238,7 +239,7 @@ Lane* ownOfiLane(const Napi::CallbackInfo& info, const char* fn) {
   return l;
 }
 
-// ofiOpen({ provider, hmem, autoProgress }) -> { version, progress, nics: [...] }: loads libfabric
+// ofiOpen({ provider, hmem, cudaApi, autoProgress }) -> { version, progress, nics: [...] }: loads libfabric
 // and finds the NICs, once per process (later calls answer the first result). Throws with the
 // reason when libfabric is missing or offers nothing that qualifies.
 Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
@@ -251,6 +252,7 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     Napi::Object a = info.Length() > 0 && info[0].IsObject() ? info[0].As<Napi::Object>() : Napi::Object::New(env);
     if (a.Get("provider").IsString()) o.provider = a.Get("provider").As<Napi::String>().Utf8Value();
     o.hmem = a.Get("hmem").ToBoolean().Value();
+    o.cudaApi = a.Get("cudaApi").ToBoolean().Value();
     if (a.Get("autoProgress").IsBoolean()) o.autoProgress = a.Get("autoProgress").ToBoolean().Value();
     std::vector<OfiNic> nics = ofiDiscover(o, &why, &g_progress);
     if (nics.empty()) return fail(env, why, TSN_SYSTEM_ERROR);
@@ -272,6 +274,7 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     o.Set("speedMbps", n.speedMbps);
     o.Set("hmem", n.hmem);
     o.Set("hmemWhy", n.hmemWhy);
+    o.Set("noCudaApi", n.noCudaApi);
     o.Set("mixedIov", n.mixedIov);
     o.Set("virtAddr", n.virtAddr);
     o.Set("mrLocal", n.mrLocal);

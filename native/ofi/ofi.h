@@ -68,6 +68,9 @@ struct OfiOptions {
   std::string provider;   // keep only this provider ("tcp", "shm", "tcp;ofi_rxm"); empty: the first
                           // one that qualifies. libfabric applies FI_PROVIDER itself before this.
   bool hmem = false;      // ask for FI_HMEM (GPU memory); falls back to host memory, with the reason
+  bool cudaApi = false;   // GPU memory even through a provider that calls CUDA (cudaMemcpy ...) inside
+                          // libfabric on tsnet's threads; false: only where endpoints accept
+                          // FI_OPT_CUDA_API_PERMITTED = false (libfabric's fabric(7), "CUDA deadlock")
   bool rxCqData = false;  // accept providers that consume a posted receive for remote CQ data
                           // (mode FI_RX_CQ_DATA); off like aws-ofi-nccl's RDMA protocol
   bool autoProgress = true;  // ask for FI_PROGRESS_AUTO first, then FI_PROGRESS_MANUAL
@@ -94,6 +97,8 @@ struct OfiNic {
   bool hmem = false;       // FI_HMEM granted: GPU memory can be registered (iface permitting)
   bool dmabuf = false;     // DMA-BUF registration (needs libfabric API 1.20; never with 1.17)
   std::string hmemWhy;     // why hmem is false, when it was asked for
+  bool noCudaApi = false;  // hmem, and every endpoint is opened with FI_OPT_CUDA_API_PERMITTED =
+                           // false: libfabric makes no CUDA call; else (hmem) it may
   bool mixedIov = true;    // one send may gather host and GPU memory: libfabric 1.18+; 1.17's shm
                            // copies every iovec of a send as the first one's memory
   bool autoProgress = false;  // data progress FI_PROGRESS_AUTO; else MANUAL: poll to progress
@@ -112,6 +117,10 @@ struct OfiNic {
   // One line for an INFO log: provider, domain, speed, PCI, mr_mode, progress, sizes.
   std::string describe() const;
 };
+
+// Whether the NIC's endpoints work without CUDA calls inside libfabric: an endpoint (never
+// enabled) accepts FI_OPT_CUDA_API_PERMITTED = false. Else false, with the provider's words.
+bool ofiCudaApiOptional(const OfiNic& nic, std::string* why);
 
 // Finds the NICs of one provider: FI_EP_RDM with FI_MSG | FI_RMA (read, write, remote read and
 // write), remote CQ data of at least 4 bytes, mr_mode bits within FI_MR_LOCAL | VIRT_ADDR |

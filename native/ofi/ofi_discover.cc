@@ -226,6 +226,7 @@ std::string OfiNic::describe() const {
                   " B, cq data " + std::to_string(cqDataSize) + " B, tx/rx queue " + std::to_string(txSize) + "/" +
                   std::to_string(rxSize) + ", GPU memory " + (hmem ? "yes" : "no");
   if (!hmem && !hmemWhy.empty()) s += " (" + hmemWhy + ")";
+  if (hmem) s += noCudaApi ? " (no CUDA calls inside libfabric)" : " (libfabric calls CUDA on tsnet's threads)";
   if (hmem && !mixedIov) s += " (a send may not gather host and GPU memory: libfabric < 1.18)";
   if (rxCqData) s += ", remote CQ data consumes receives (FI_RX_CQ_DATA)";
   return s;
@@ -291,6 +292,21 @@ std::vector<OfiNic> ofiDiscover(const OfiOptions& o, std::string* why, std::stri
     if (t.hmem && (!cudaLoad(&hmemWhy) || !ofiCudaRegistrable(nics[0], &hmemWhy))) {
       nics.clear();
       continue;
+    }
+    // Under NCCL a plugin's threads must not call CUDA: a call that waits on a CUDA lock held by
+    // a host thread that waits for a kernel that waits for this data never returns (fabric(7),
+    // "CUDA deadlock"; docs/ofi-facts.md). GPU memory then only where libfabric promises not to.
+    if (t.hmem) {
+      std::string words;
+      bool optional = ofiCudaApiOptional(nics[0], &words);
+      if (!optional && !o.cudaApi) {
+        hmemWhy = provider + " calls CUDA inside libfabric on tsnet's threads (" + words +
+                  "), which can deadlock with the application's CUDA calls; TSNET_OFI_CUDA_API=1 registers GPU "
+                  "memory anyway";
+        nics.clear();
+        continue;
+      }
+      for (OfiNic& n : nics) n.noCudaApi = optional && !o.cudaApi;
     }
     if (progressOut) {
       *progressOut = nics[0].autoProgress ? "FI_PROGRESS_AUTO" : "FI_PROGRESS_MANUAL";

@@ -76,6 +76,10 @@ OfiError ofiErrorOf(int code, const std::string& what, const std::string& detail
 // Whether this libfabric registers CUDA memory on the NIC's domain at all (docs/ofi-facts.md).
 bool ofiCudaRegistrable(const OfiNic& nic, std::string* why);
 
+// FI_OPT_CUDA_API_PERMITTED (libfabric 1.18; these headers may be older): after
+// FI_OPT_XPU_TRIGGER in fi_endpoint.h's option names.
+constexpr int kOfiOptCudaApiPermitted = FI_OPT_XPU_TRIGGER + 1;
+
 struct OfiDomain::Impl {
   OfiNic nic;
   fid_fabric* fabric = nullptr;

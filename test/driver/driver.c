@@ -712,7 +712,7 @@ static int gpu_setup(Role* r) {
   if (!check(rc == TSN_SUCCESS, "getProperties(%d) (rc %d)", r->dev, rc)) return -1;
   shim_props_to_neutral(r->net->version, raw, &props);
   if (!(props.ptrSupport & TSN_PTR_CUDA)) {
-    note("skip: device %d's ptrSupport 0x%x has no CUDA (TCP, or a provider without FI_HMEM)", r->dev, props.ptrSupport);
+    note("skip: device %d's ptrSupport 0x%x has no CUDA (TCP, a provider without FI_HMEM, or one that calls CUDA inside libfabric, such as shm, without TSNET_OFI_CUDA_API=1)", r->dev, props.ptrSupport);
     g->skip = 1;
     return 0;
   }

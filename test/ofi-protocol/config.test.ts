@@ -43,6 +43,16 @@ describe('ofi config', () => {
     expect(() => read({ TSNET_OFI_GPU_IPC: 'maybe' })).toThrow(/TSNET_OFI_GPU_IPC=maybe: expected 0 or 1/);
   });
 
+  it('TSNET_OFI_CUDA_API: off by default (no CUDA calls inside libfabric), on with a line that warns', () => {
+    expect(OFI_DEFAULTS.cudaApi).toBe(false);
+    expect(readOfiConfig({}).lines.join('\n')).not.toMatch(/TSNET_OFI_CUDA_API/);
+    const { config, lines } = readOfiConfig({ TSNET_OFI_CUDA_API: '1' });
+    expect(config.cudaApi).toBe(true);
+    expect(lines.join('\n')).toMatch(/GPU memory even where libfabric calls CUDA on tsnet's threads \(can deadlock\) = true \(TSNET_OFI_CUDA_API\)/);
+    expect(read({ TSNET_OFI_CUDA_API: 'no' }).cudaApi).toBe(false);
+    expect(() => read({ TSNET_OFI_CUDA_API: 'sometimes' })).toThrow(/TSNET_OFI_CUDA_API=sometimes: expected 0 or 1/);
+  });
+
   it('an empty variable counts as unset', () => {
     expect(read({ OFI_NCCL_EAGER_MAX_SIZE: '', TSNET_FLUSH: '' })).toEqual(OFI_DEFAULTS);
   });

@@ -138,6 +138,7 @@ bool setup(Env* env, bool hmem = false, bool print = false) {
   OfiOptions o;
   o.provider = gProvider;
   o.hmem = hmem;
+  o.cudaApi = hmem;  // the GPU scenarios test GPU memory through shm, which calls CUDA
   o.autoProgress = gAutoProgress;
   std::vector<OfiNic> nics = ofiDiscover(o, &why, &progress);
   if (nics.empty()) {
@@ -699,6 +700,18 @@ int scenarioDiscover() {
   else fact("unknown provider: %s", why.c_str());
   std::string cudaWhy;
   if (!cudaLoad(&cudaWhy)) fact("CUDA: %s", cudaWhy.c_str());
+  // Whether endpoints work without CUDA calls inside libfabric: shm's CUDA support needs them,
+  // so it refuses FI_OPT_CUDA_API_PERMITTED = false in every version (1.17 does not know it).
+  std::string apiWhy;
+  bool optional = ofiCudaApiOptional(env.nic, &apiWhy);
+  fact("FI_OPT_CUDA_API_PERMITTED = false: %s", optional ? "accepted" : apiWhy.c_str());
+  if (gProvider == "shm" && optional) fail("shm accepted FI_OPT_CUDA_API_PERMITTED = false");
+  if (!optional && apiWhy.find("fi_setopt(FI_OPT_CUDA_API_PERMITTED, false): ") != 0)
+    fail("the refusal does not name the option: %s", apiWhy.c_str());
+  // Asked for GPU memory without CUDA calls: granted only with the option (or no CUDA at all).
+  if (!nics.empty() && nics[0].hmem && !nics[0].noCudaApi) fail("GPU memory granted with CUDA calls inside libfabric, not asked for");
+  if (!nics.empty() && !nics[0].hmem && cudaWhy.empty() && !optional && nics[0].hmemWhy.find("TSNET_OFI_CUDA_API=1") == std::string::npos)
+    fail("host memory only, and the reason does not name TSNET_OFI_CUDA_API: %s", nics[0].hmemWhy.c_str());
   pass("discovery");
   return 0;
 }

@@ -25,6 +25,13 @@ export interface OfiConfig {
    * on the receiver's acknowledgement. A peer in this same process gets the plain registration.
    */
   gpuIpc: boolean;
+  /**
+   * TSNET_OFI_CUDA_API: GPU memory is registered even through a provider that calls CUDA inside
+   * libfabric on tsnet's I/O threads (shm does), which can deadlock with the application's CUDA
+   * calls. Off: GPU memory only where endpoints accept FI_OPT_CUDA_API_PERMITTED = false, else
+   * host memory (NCCL stages through it).
+   */
+  cudaApi: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -41,6 +48,7 @@ export const OFI_DEFAULTS: OfiConfig = {
   bouncePosted: 64,
   flush: { method: 'read', all: false },
   gpuIpc: false,
+  cudaApi: false,
 };
 
 function int(env: Env, name: string, min: number, max: number): number | undefined {
@@ -108,5 +116,9 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const gpuIpc = ipc ?? d.gpuIpc;
   if (gpuIpc) note('GPU memory moved by CUDA IPC to peers in other processes (FI_HMEM_DEVICE_ONLY)', true, 'TSNET_OFI_GPU_IPC', true);
 
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush, gpuIpc }, lines };
+  const api = bool(env, 'TSNET_OFI_CUDA_API');
+  const cudaApi = api ?? d.cudaApi;
+  if (cudaApi) note('GPU memory even where libfabric calls CUDA on tsnet\'s threads (can deadlock)', true, 'TSNET_OFI_CUDA_API', true);
+
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush, gpuIpc, cudaApi }, lines };
 }

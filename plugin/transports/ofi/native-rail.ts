@@ -33,6 +33,8 @@ export interface OfiNicInfo {
   speedMbps: number;
   hmem: boolean;
   hmemWhy: string;
+  /** hmem, and libfabric makes no CUDA call (endpoints take FI_OPT_CUDA_API_PERMITTED = false). */
+  noCudaApi: boolean;
   /** One send may gather host and GPU memory (libfabric 1.18 and newer). */
   mixedIov: boolean;
   virtAddr: boolean;
@@ -47,7 +49,7 @@ export interface OfiNicInfo {
 
 /** The engine's libfabric functions (native/engine/engine_ofi.cc). */
 export interface OfiBinding extends EngineBinding {
-  ofiOpen(opts: { provider?: string; hmem: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
+  ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
   ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
   ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean): MrAnswer;

@@ -170,7 +170,9 @@ export class OfiTransport implements Transport {
     const lines = [`ofi: ${opened.version}, provider ${opened.nics[0].provider}, ${opened.progress}`];
     for (const n of opened.nics) lines.push(`ofi: NIC ${n.domain}: ${n.describe}`);
     const nic = opened.nics[0];
-    lines.push(nic.hmem ? 'ofi: GPU memory is registered directly (FI_HMEM, CUDA)' : `ofi: host memory only: ${nic.hmemWhy || 'the provider offers no FI_HMEM'}`);
+    if (!nic.hmem) lines.push(`ofi: host memory only: ${nic.hmemWhy || 'the provider offers no FI_HMEM'}`);
+    else if (nic.noCudaApi) lines.push('ofi: GPU memory is registered directly (FI_HMEM, CUDA); libfabric makes no CUDA call (FI_OPT_CUDA_API_PERMITTED)');
+    else lines.push(`ofi: GPU memory is registered directly (FI_HMEM, CUDA), and ${nic.provider} calls CUDA on tsnet's I/O threads (TSNET_OFI_CUDA_API=1): this can deadlock with the application's CUDA calls`);
     if (nic.hmem && !nic.mixedIov)
       lines.push(`ofi: ${opened.version} cannot gather host and GPU memory in one send: sends from GPU memory are not sent eager (libfabric 1.18 can)`);
     return lines;
@@ -289,10 +291,13 @@ export class OfiTransport implements Transport {
 
 let OPENED: OfiOpened | undefined;
 
-/** Opens libfabric (once per process) for the transport; the answer names the NICs. */
-export function openOfi(binding: OfiBinding): OfiOpened {
+/**
+ * Opens libfabric (once per process) for the transport; the answer names the NICs. cudaApi:
+ * GPU memory even through a provider that calls CUDA inside libfabric (TSNET_OFI_CUDA_API).
+ */
+export function openOfi(binding: OfiBinding, cudaApi = false): OfiOpened {
   try {
-    OPENED ??= binding.ofiOpen({ hmem: true });
+    OPENED ??= binding.ofiOpen({ hmem: true, cudaApi });
     return OPENED;
   } catch (e) {
     const err = e as Error & { result?: number };

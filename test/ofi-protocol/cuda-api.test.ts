@@ -1,0 +1,67 @@
+// GPU memory and CUDA calls inside libfabric (TSNET_OFI_CUDA_API): what the transport asks
+// libfabric for and what it logs. Discovery itself (which providers accept
+// FI_OPT_CUDA_API_PERMITTED = false) is tested against real providers in test/ofi/.
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import type { OfiBinding, OfiNicInfo } from '../../plugin/transports/ofi/native-rail';
+
+const nic = (over: Partial<OfiNicInfo>): OfiNicInfo => ({
+  provider: 'shm',
+  domain: 'shm',
+  fabric: 'shm',
+  pciPath: '',
+  guid: 1n,
+  speedMbps: 0,
+  hmem: false,
+  hmemWhy: '',
+  noCudaApi: false,
+  mixedIov: true,
+  virtAddr: true,
+  mrLocal: false,
+  rxCqData: false,
+  autoProgress: false,
+  maxMsgSize: 1 << 30,
+  injectSize: 0,
+  cqDataBytes: 8,
+  describe: 'shm domain shm',
+  ...over,
+});
+
+// The transport module keeps libfabric's answer for the process: a fresh module per test.
+async function transport() {
+  vi.resetModules();
+  return import('../../plugin/transports/ofi/transport');
+}
+
+describe('CUDA calls inside libfabric', () => {
+  let asked: Parameters<OfiBinding['ofiOpen']>[0][];
+  let binding: OfiBinding;
+  beforeEach(() => {
+    asked = [];
+    binding = {
+      ofiOpen: (opts: Parameters<OfiBinding['ofiOpen']>[0]) => {
+        asked.push(opts);
+        return { version: 'libfabric 1.22', progress: 'FI_PROGRESS_MANUAL', nics: [nic({})] };
+      },
+    } as unknown as OfiBinding;
+  });
+
+  it('openOfi asks for GPU memory without CUDA calls unless told otherwise', async () => {
+    const t = await transport();
+    t.openOfi(binding);
+    expect(asked).toEqual([{ hmem: true, cudaApi: false }]);
+    const u = await transport();
+    u.openOfi(binding, true);
+    expect(asked[1]).toEqual({ hmem: true, cudaApi: true });
+  });
+
+  it('says whether GPU memory is registered, and whether libfabric calls CUDA on tsnet threads', async () => {
+    const { OfiTransport } = await transport();
+    const lines = (n: Partial<OfiNicInfo>) => OfiTransport.describe({ version: 'libfabric 1.22', progress: 'FI_PROGRESS_MANUAL', nics: [nic(n)] }).join('\n');
+    const why = "shm calls CUDA inside libfabric on tsnet's threads (fi_setopt(FI_OPT_CUDA_API_PERMITTED, false): Operation not supported), which can deadlock";
+    expect(lines({ hmemWhy: why })).toContain(`ofi: host memory only: ${why}`);
+    expect(lines({ hmem: true, noCudaApi: true })).toMatch(/GPU memory is registered directly \(FI_HMEM, CUDA\); libfabric makes no CUDA call \(FI_OPT_CUDA_API_PERMITTED\)$/m);
+    const warned = lines({ hmem: true, noCudaApi: false });
+    expect(warned).toMatch(/GPU memory is registered directly \(FI_HMEM, CUDA\), and shm calls CUDA on tsnet's I\/O threads \(TSNET_OFI_CUDA_API=1\): this can deadlock/);
+    expect(warned).not.toMatch(/makes no CUDA call/);
+  });
+});
