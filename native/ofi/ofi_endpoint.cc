@@ -264,11 +264,6 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
     int rc = fi_endpoint(m->d->domain, nic.info.get(), &m->ep, nullptr);
     if (rc != 0) return fail(rc, "fi_endpoint");
   }
-  if (nic.noCudaApi) {  // before fi_enable: no CUDA call inside libfabric (ofiCudaApiOptional)
-    bool permitted = false;
-    int rc = fi_setopt(&m->ep->fid, FI_OPT_ENDPOINT, kOfiOptCudaApiPermitted, &permitted, sizeof permitted);
-    if (rc != 0) return fail(rc, "fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)");
-  }
   fi_cq_attr cq{};
   cq.size = o.cqSize ? o.cqSize : nic.txSize + nic.rxSize;
   cq.format = FI_CQ_FORMAT_DATA;
@@ -287,6 +282,11 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
   if (rc != 0) return fail(rc, "fi_ep_bind (address vector)");
   rc = fi_ep_bind(m->ep, &m->cq->fid, FI_TRANSMIT | FI_RECV);
   if (rc != 0) return fail(rc, "fi_ep_bind (completion queue)");
+  if (nic.noCudaApi) {  // bound, not enabled, as discovery probed it (ofiCudaApiOptional)
+    bool permitted = false;
+    rc = fi_setopt(&m->ep->fid, FI_OPT_ENDPOINT, kOfiOptCudaApiPermitted, &permitted, sizeof permitted);
+    if (rc != 0) return fail(rc, "fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)");
+  }
   rc = fi_enable(m->ep);
   if (rc != 0) return fail(rc, "fi_enable");
   char name[256];

@@ -708,6 +708,20 @@ int scenarioDiscover() {
   if (gProvider == "shm" && optional) fail("shm accepted FI_OPT_CUDA_API_PERMITTED = false");
   if (!optional && apiWhy.find("fi_setopt(FI_OPT_CUDA_API_PERMITTED, false): ") != 0)
     fail("the refusal does not name the option: %s", apiWhy.c_str());
+  // A NIC marked for the option opens its endpoints with it: where the provider refuses it, the
+  // open fails naming the option (discovery marks only NICs that accepted it at the probe).
+  {
+    OfiNic marked = env.nic;
+    marked.noCudaApi = true;
+    marked.identity += "/marked";  // a domain of its own (domains are shared by identity)
+    OfiError err;
+    std::shared_ptr<OfiDomain> d = OfiDomain::open(marked, &err);
+    std::unique_ptr<OfiEndpoint> ep = d ? OfiEndpoint::open(d, OfiEndpointOptions{}, &err) : nullptr;
+    if (optional && !ep) fail("an endpoint with FI_OPT_CUDA_API_PERMITTED = false: %s", err.text.c_str());
+    if (!optional && ep) fail("an endpoint opened with FI_OPT_CUDA_API_PERMITTED = false, which the probe said is refused");
+    if (!optional && err.text.find("fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)") == std::string::npos)
+      fail("the failed open does not name the option: %s", err.text.c_str());
+  }
   // Asked for GPU memory without CUDA calls: granted only with the option (or no CUDA at all).
   if (!nics.empty() && nics[0].hmem && !nics[0].noCudaApi) fail("GPU memory granted with CUDA calls inside libfabric, not asked for");
   if (!nics.empty() && !nics[0].hmem && cudaWhy.empty() && !optional && nics[0].hmemWhy.find("TSNET_OFI_CUDA_API=1") == std::string::npos)
