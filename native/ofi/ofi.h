@@ -70,7 +70,8 @@ struct OfiOptions {
   bool hmem = false;      // ask for FI_HMEM (GPU memory); falls back to host memory, with the reason
   bool cudaApi = false;   // GPU memory even through a provider that calls CUDA (cudaMemcpy ...) inside
                           // libfabric on tsnet's threads; false: only where endpoints accept
-                          // FI_OPT_CUDA_API_PERMITTED = false (libfabric's fabric(7), "CUDA deadlock")
+                          // FI_OPT_CUDA_API_PERMITTED = false (libfabric's fabric(7), "CUDA deadlock").
+                          // Where they accept it, it is set either way.
   bool rxCqData = false;  // accept providers that consume a posted receive for remote CQ data
                           // (mode FI_RX_CQ_DATA); off like aws-ofi-nccl's RDMA protocol
   bool autoProgress = true;  // ask for FI_PROGRESS_AUTO first, then FI_PROGRESS_MANUAL

@@ -306,7 +306,7 @@ std::vector<OfiNic> ofiDiscover(const OfiOptions& o, std::string* why, std::stri
         nics.clear();
         continue;
       }
-      for (OfiNic& n : nics) n.noCudaApi = optional && !o.cudaApi;
+      for (OfiNic& n : nics) n.noCudaApi = optional;  // never permitted where not needed
     }
     if (progressOut) {
       *progressOut = nics[0].autoProgress ? "FI_PROGRESS_AUTO" : "FI_PROGRESS_MANUAL";
