@@ -510,7 +510,10 @@ bool drainAdmin(IoThread* t) {
     fifo = a->next;
     Lane* l = a->lane;
     if (a->kind == Admin::kRetire) retireNow(t, l);
-    else if (a->kind == Admin::kAddOfi) {
+    else if (a->kind == Admin::kStall) {
+      InCall in(t, ~0u, IoCall::kTest);
+      usleep(a->ms * 1000);
+    } else if (a->kind == Admin::kAddOfi) {
       t->ofi.push_back(l);  // polled every pass from now on
       std::lock_guard<std::mutex> g(l->mu);
       if (l->ofi && !l->closed && l->ofi->waitFd() < 0) {
@@ -600,6 +603,7 @@ void threadMain(IoThread* t) {
   uint64_t lastWork = 0;
   int32_t* sleeping = &E->sleeping[t->index];
   for (;;) {
+    t->passes.fetch_add(1, std::memory_order_relaxed);
     bool work = drainAdmin(t);
     work = drainSubs(t) || work;
     work = work || !t->run.empty();

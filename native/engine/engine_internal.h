@@ -83,11 +83,15 @@ struct Lane {
 
 // Rare messages to an I/O thread (MPSC stack): a hard-closed lane to free, a lane to look at.
 struct Admin {
-  enum Kind { kRetire, kKick, kAddOfi };
+  enum Kind { kRetire, kKick, kAddOfi, kStall };
   Admin* next = nullptr;
   Kind kind;
   Lane* lane;
+  uint32_t ms = 0;  // kStall (tests only): the thread sleeps this long as if inside a provider call
 };
+
+// What a provider call an I/O thread is inside of does (IoThread::call), for ioStalls.
+enum class IoCall : uint32_t { kNone = 0, kPost, kPoll, kCudaContext, kTest };
 
 struct IoThread {
   int index = 0;
@@ -105,6 +109,30 @@ struct IoThread {
   uint64_t spinNs = 0;  // after work, poll this long before sleeping (TSNET_SPIN_US)
   uint64_t noWaitNs = 50000;  // sleep between polls of endpoints without a wait fd, after activity (TSNET_OFI_POLL_US)
   uint8_t* scratch = nullptr;
+  // A call into libfabric (or CUDA) may never return (docs/ofi-facts.md). The thread counts its
+  // passes and says which lane's call it is inside of; ioStalls samples both.
+  std::atomic<uint32_t> passes{0};
+  std::atomic<uint32_t> callLane{0};  // 0: in no such call
+  std::atomic<uint32_t> call{0};      // IoCall
+  // ioStalls' view (under Engine::stallMu): the passes last seen and since when, reported yet.
+  uint32_t seenPasses = 0;
+  uint64_t seenSinceNs = 0;
+  bool stallReported = false;
+};
+
+// Marks the calling I/O thread as inside a provider call of lane l for its scope.
+class InCall {
+ public:
+  InCall(IoThread* t, uint32_t lane, IoCall what) : t_(t) {
+    t_->call.store(static_cast<uint32_t>(what), std::memory_order_relaxed);
+    t_->callLane.store(lane, std::memory_order_release);
+  }
+  ~InCall() { t_->callLane.store(0, std::memory_order_release); }
+  InCall(const InCall&) = delete;
+  InCall& operator=(const InCall&) = delete;
+
+ private:
+  IoThread* t_;
 };
 
 // One protocol thread's rings: a submission ring to and a completion ring from each I/O thread.
@@ -123,6 +151,7 @@ struct Engine {
   std::vector<uint32_t> freeIds;
   uint32_t nextId = 1;
   std::atomic<Lane**> chunks[kLaneChunks] = {};
+  std::mutex stallMu;  // ioStalls' sampling
 };
 extern Engine* E;
 

@@ -217,6 +217,46 @@ Napi::Value IoTrace(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// ioStalls(thresholdMs) -> [{ thread, lane, ms, call }]: I/O threads that have been inside one
+// provider call (libfabric, or CUDA's context call) for thresholdMs or more without finishing a
+// pass, each reported once per call, to whichever protocol thread asks first. Such a call may
+// never return: nothing outside it can end it (docs/ofi-facts.md). The threads are sampled: a
+// stall counts from the first call of this function that found it.
+Napi::Value IoStalls(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double threshold;
+  if (!number(info, 0, &threshold) || threshold < 0) return fail(env, "ioStalls(thresholdMs) needs a number >= 0");
+  Napi::Array out = Napi::Array::New(env);
+  if (!E) return out;
+  static const char* const kCalls[] = {"", "a post", "a completion queue poll", "making the GPU's CUDA context current", "a test stall"};
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  std::lock_guard<std::mutex> g(E->stallMu);
+  uint32_t k = 0;
+  for (IoThread* t : E->threads) {
+    uint32_t lane = t->callLane.load(std::memory_order_acquire);
+    uint32_t passes = t->passes.load(std::memory_order_relaxed);
+    if (lane == 0 || passes != t->seenPasses || t->seenSinceNs == 0) {
+      t->seenPasses = passes;
+      t->seenSinceNs = lane == 0 ? 0 : now;
+      t->stallReported = false;
+      continue;
+    }
+    double ms = static_cast<double>(now - t->seenSinceNs) / 1e6;
+    if (t->stallReported || ms < threshold) continue;
+    t->stallReported = true;
+    uint32_t call = t->call.load(std::memory_order_relaxed);
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("thread", t->index);
+    o.Set("lane", lane == ~0u ? -1.0 : static_cast<double>(lane));
+    o.Set("ms", ms);
+    o.Set("call", call < sizeof kCalls / sizeof kCalls[0] ? kCalls[call] : "a provider call");
+    out.Set(k++, o);
+  }
+  return out;
+}
+
 // ioStats() -> CPU microseconds each I/O thread has used.
 Napi::Value IoStats(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -253,6 +293,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioCancel", Napi::Function::New(e, IoCancel, "ioCancel"));
   o.Set("ioTrace", Napi::Function::New(e, IoTrace, "ioTrace"));
   o.Set("ioStats", Napi::Function::New(e, IoStats, "ioStats"));
+  o.Set("ioStalls", Napi::Function::New(e, IoStalls, "ioStalls"));
   ofiRegister(env, exports);
 }
 

@@ -86,6 +86,7 @@ void useGpu(IoThread* t, Lane* l) {
   t->cudaDevice = device;
   std::string why;
   static std::atomic<bool> warned{false};
+  InCall in(t, l->id, IoCall::kCudaContext);
   if (!cudaMakeCurrent(device, &why) && !warned.exchange(true))
     log(kLogWarn, "ofi: I/O thread %d cannot make GPU %d's context current (%s); libfabric's CUDA calls on it may fail", t->index, device, why.c_str());
 }
@@ -136,7 +137,11 @@ bool ofiProgress(IoThread* t, Lane* l) {
   bool more = false;
   useGpu(t, l);
   while (Op* op = l->ofiHead) {
-    int r = post(l, op);
+    int r;
+    {
+      InCall in(t, l->id, IoCall::kPost);
+      r = post(l, op);
+    }
     if (r == kOfiAgain) {
       more = true;  // the provider is full: polling below makes room
       break;
@@ -151,7 +156,11 @@ bool ofiProgress(IoThread* t, Lane* l) {
   }
   constexpr int kMax = 64;
   OfiCompletion cs[kMax];
-  int n = l->ofi->poll(cs, kMax);
+  int n;
+  {
+    InCall in(t, l->id, IoCall::kPoll);
+    n = l->ofi->poll(cs, kMax);
+  }
   if (n < 0) {
     // The queue itself failed: nothing more will complete on this endpoint.
     noteError(l, l->ofi->lastError().text);
@@ -177,7 +186,10 @@ bool ofiProgress(IoThread* t, Lane* l) {
 bool ofiMayBlock(IoThread* t) {
   for (Lane* l : t->ofi) {
     std::lock_guard<std::mutex> g(l->mu);
-    if (!l->closed && (l->ofiHead || !l->ofi->tryWait())) return false;
+    if (l->closed) continue;
+    if (l->ofiHead) return false;
+    InCall in(t, l->id, IoCall::kPoll);
+    if (!l->ofi->tryWait()) return false;
   }
   return true;
 }

@@ -85,6 +85,16 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
       }
     return Napi::Number::New(info.Env(), n);
   }));
+  // ioTestStall(thread, ms): I/O thread `thread` sleeps ms as if inside a provider call that
+  // does not return (for ioStalls' tests).
+  exports.Set("ioTestStall", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
+    uint32_t t = info[0].As<Napi::Number>().Uint32Value();
+    if (tsn::E && t < tsn::E->threads.size()) {
+      tsn::Admin* a = new tsn::Admin{nullptr, tsn::Admin::kStall, nullptr, info[1].As<Napi::Number>().Uint32Value()};
+      tsn::postAdmin(tsn::E->threads[t], a);
+    }
+    return info.Env().Undefined();
+  }));
   // noDelay(lane): TCP_NODELAY of the lane's socket (1 or 0), -1 when it has none or is not TCP.
   exports.Set("noDelay", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     int v = -1;

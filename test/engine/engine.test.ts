@@ -1172,3 +1172,30 @@ describe.skipIf(!!missing)('engine: NativeLink over the engine', () => {
     expect(allBytes(x.bytes, 0x5a)).toBe(true);
   });
 });
+
+describe.skipIf(!!missing)('engine: I/O threads stuck inside a provider call (ioStalls)', () => {
+  it('reports a thread inside one call past the threshold once, never an idle one, and again at its next stall', async () => {
+    expect(() => A.ioStalls(-1)).toThrow(/ioStalls\(thresholdMs\) needs a number >= 0/);
+    await sleep(300);
+    expect(A.ioStalls(0)).toEqual([]); // both threads idle (asleep outside any call)
+    const seen: { thread: number; lane: number; ms: number; call: string }[] = [];
+    const stallOnce = async () => {
+      A.ioTestStall(1, 900);
+      const start = Date.now();
+      const got: typeof seen = [];
+      while (Date.now() - start < 850) {
+        got.push(...A.ioStalls(250));
+        await sleep(20);
+      }
+      return got;
+    };
+    seen.push(...(await stallOnce()));
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toMatchObject({ thread: 1, lane: -1, call: 'a test stall' });
+    expect(seen[0].ms).toBeGreaterThanOrEqual(250);
+    expect(seen[0].ms).toBeLessThan(900);
+    await until(() => A.ioStalls(0).length === 0 && A.ioStalls(0).length === 0, 3000, 'the stall to end');
+    const again = await stallOnce();
+    expect(again.map((s) => s.thread)).toEqual([1]);
+  });
+});

@@ -23,6 +23,8 @@ export interface EngineAddon extends LaneBinding {
   socketPair(): [number, number];
   lanes(): number;
   noDelay(lane: number): number;
+  ioStalls(thresholdMs: number): { thread: number; lane: number; ms: number; call: string }[];
+  ioTestStall(thread: number, ms: number): void;
 }
 
 /** Why the engine suites cannot run, or undefined when the addon is built. */

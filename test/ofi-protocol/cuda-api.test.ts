@@ -65,3 +65,22 @@ describe('CUDA calls inside libfabric', () => {
     expect(warned).not.toMatch(/makes no CUDA call/);
   });
 });
+
+describe('an I/O thread stuck inside a provider call', () => {
+  it('is reported at half the link timeout (at least 1 s) in a WARN that names the thread, the call and the known causes', async () => {
+    const { stallWarnings } = await transport();
+    const asked: number[] = [];
+    const stall = { thread: 3, lane: 17, ms: 5234, call: 'a completion queue poll' };
+    const binding = { ioStalls: (ms: number) => (asked.push(ms), [stall]) };
+    const [line, ...rest] = stallWarnings(binding, 'shm', 10_000);
+    expect(rest).toEqual([]);
+    expect(asked).toEqual([5000]);
+    expect(line).toMatch(/^ofi: I\/O thread 3 has been inside a completion queue poll \(lane 17, shm\) for 5\.2 s and most likely will not return/);
+    expect(line).toMatch(/fail when their peers stay silent for 10 s/);
+    expect(line).toMatch(/TSNET_OFI_CUDA_API=1/);
+    stallWarnings(binding, 'shm', 1000);
+    expect(asked[1]).toBe(1000);
+    expect(stallWarnings({ ioStalls: () => [] }, 'shm', 10_000)).toEqual([]);
+    expect(stallWarnings({}, 'shm', 10_000)).toEqual([]); // an engine without the function
+  });
+});

@@ -56,6 +56,8 @@ export interface OfiBinding extends EngineBinding {
   ofiDeregMr(mr: number): void;
   ofiAlloc(lane: number, bytes: number): MrAnswer & { addr: number; buffer: ArrayBuffer };
   ofiLastError(lane: number): string;
+  /** I/O threads inside one provider call for thresholdMs or more, each reported once (engine_js.cc). */
+  ioStalls?(thresholdMs: number): { thread: number; lane: number; ms: number; call: string }[];
   ioClose(lane: number, graceful: boolean): { partial: boolean; hard: boolean };
 }
 

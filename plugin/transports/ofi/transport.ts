@@ -275,6 +275,7 @@ export class OfiTransport implements Transport {
 
   tick(now: number, timeoutMs: number): void {
     for (const ep of this.endpoints) ep?.tick(now, timeoutMs);
+    for (const line of stallWarnings(this.binding, this.opened.nics[0].provider, timeoutMs)) log.warn(line);
   }
 
   release(): void {
@@ -287,6 +288,23 @@ export class OfiTransport implements Transport {
     });
     this.portRef?.flush();
   }
+}
+
+/**
+ * WARN lines for I/O threads stuck inside one libfabric (or CUDA) call for half the link
+ * timeout: such a call cannot be ended from outside, and the comms whose endpoints that thread
+ * owns fail when their peers' silence reaches the timeout. Each stall is reported once, to one
+ * protocol thread (the engine keeps track).
+ */
+export function stallWarnings(binding: Pick<OfiBinding, 'ioStalls'>, provider: string, timeoutMs: number): string[] {
+  const stalls = binding.ioStalls?.(Math.max(1000, timeoutMs / 2)) ?? [];
+  return stalls.map(
+    (s) =>
+      `ofi: I/O thread ${s.thread} has been inside ${s.call} (lane ${s.lane}, ${provider}) for ${(s.ms / 1000).toFixed(1)} s and most likely ` +
+      `will not return: nothing outside the call can end it, and the comms on its endpoints fail when their peers stay silent for ` +
+      `${(timeoutMs / 1000).toFixed(0)} s. Seen with shm: a CUDA call inside libfabric waiting on a lock the application holds ` +
+      `(TSNET_OFI_CUDA_API=1), and a lock held by a killed peer (docs/ofi-facts.md)`,
+  );
 }
 
 let OPENED: OfiOpened | undefined;
