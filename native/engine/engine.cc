@@ -53,13 +53,13 @@ constexpr int kMaxIov = 64;   // iovecs in one syscall, gathered across queued o
 constexpr int kBudget = 16;   // syscalls per lane and direction before other lanes get a turn
 constexpr int kEvents = 64;
 
+}  // namespace
+
 uint64_t nowNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
-
-}  // namespace
 
 // --- operations ---
 

@@ -156,6 +156,7 @@ struct Engine {
 extern Engine* E;
 
 // engine.cc
+uint64_t nowNs();  // CLOCK_MONOTONIC
 bool startThreads(int n, double spinUs, double lingerMs, double pollUs, std::string* why);
 void emit(IoThread* t, int port, uint32_t link, uint32_t op, int status, double value, uint64_t imm = 0,
           uint32_t flags = 0);

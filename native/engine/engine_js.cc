@@ -229,9 +229,7 @@ Napi::Value IoStalls(const Napi::CallbackInfo& info) {
   Napi::Array out = Napi::Array::New(env);
   if (!E) return out;
   static const char* const kCalls[] = {"", "a post", "a completion queue poll", "making the GPU's CUDA context current", "a test stall"};
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  uint64_t now = nowNs();
   std::lock_guard<std::mutex> g(E->stallMu);
   uint32_t k = 0;
   for (IoThread* t : E->threads) {

@@ -35,8 +35,9 @@ struct MrEntry {
 constexpr uint32_t kMrChunk = 1024, kMrChunks = 1024;
 std::atomic<MrEntry*> g_mrs[kMrChunks];
 std::mutex g_mu;  // discovery, domains, registration numbers
-// The GPU of the first CUDA memory registered in this process (-1: none yet). The I/O threads
-// make its primary context current before they call libfabric with it (useGpu).
+// The GPU of the first CUDA memory registered in this process on a NIC whose libfabric may call
+// CUDA (-1: none yet). The I/O threads make its primary context current before they call
+// libfabric with it (useGpu).
 std::atomic<int> g_cudaDevice{-1};
 std::vector<uint32_t> g_freeMr;
 uint32_t g_nextMr = 1;
@@ -79,10 +80,10 @@ void noteError(Lane* l, const std::string& words) {
 // current context: tsnet's own threads have none. So once the process has registered GPU
 // memory, each such I/O thread makes that GPU's primary context (NCCL's) current, once. A
 // process that registers memory of several GPUs uses the first one's context; CUDA's unified
-// addressing serves the others. Lanes whose endpoints make no CUDA call need none.
+// addressing serves the others. Where endpoints make no CUDA call, g_cudaDevice stays -1.
 void useGpu(IoThread* t, Lane* l) {
   int device = g_cudaDevice.load(std::memory_order_acquire);
-  if (device < 0 || t->cudaDevice >= 0 || l->ofi->domain()->nic().noCudaApi) return;
+  if (device < 0 || t->cudaDevice >= 0) return;
   t->cudaDevice = device;
   std::string why;
   static std::atomic<bool> warned{false};
@@ -414,7 +415,7 @@ Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
     delete m;
     return fail(env, "ofiRegMr: too many registrations", TSN_SYSTEM_ERROR);
   }
-  if (m->device() >= 0) {
+  if (m->device() >= 0 && !l->ofi->domain()->nic().noCudaApi) {
     int none = -1;
     g_cudaDevice.compare_exchange_strong(none, m->device(), std::memory_order_acq_rel);
   }

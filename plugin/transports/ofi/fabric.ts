@@ -130,6 +130,9 @@ export interface Region {
   readonly localRegs?: Registration[];
 }
 
+/** The registrations of region for an operation whose peer is this process (never CUDA IPC ones). */
+export const ownRegs = (region: Region): readonly Registration[] => region.localRegs ?? region.regs;
+
 /** One buffer of a request: bytes [offset, offset+size) of region (null only with size 0). */
 export interface ReqBuf {
   region: Region | null;

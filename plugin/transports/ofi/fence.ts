@@ -10,7 +10,7 @@
 // next round: its copy may have been issued after the round's read. A round starts when the
 // GPU has none in flight, at the end of the completion batch that made receives ready (so a
 // batch's receives share one round), or at once when they became ready outside a batch.
-import type { Completion, Rail, Region } from './fabric';
+import { type Completion, type Rail, type Region, ownRegs } from './fabric';
 import { FLUSH_READ_AT } from './line';
 import { OpKind } from './ops';
 import { FLUSH_LINE, flushBytes } from './policy/flush';
@@ -112,7 +112,7 @@ export class Fences {
     let nics = 0;
     for (const w of round) if (w.nics > nics) nics = w.nics;
     const ep = this.ep;
-    const regs = first.region.localRegs ?? first.region.regs;
+    const regs = ownRegs(first.region);
     d.reads = nics;
     for (let nic = 0; nic < nics; nic++) {
       const token = ep.ops.alloc(OpKind.FENCE, 0, 0, nic, device, 0, 0);

@@ -18,7 +18,7 @@ import { log } from '../../log';
 import { OfiComm } from './comm';
 import { MAX_RAILS } from './config';
 import type { OfiEndpoint, OwnedRegion } from './endpoint';
-import type { Completion, RecvComm, Region, ReqBuf } from './fabric';
+import { type Completion, type RecvComm, type Region, type ReqBuf, ownRegs } from './fabric';
 import { FLUSH_HOST_SCRATCH_AT, FLUSH_READ_AT, FLUSH_SRC_AT } from './line';
 import { OpKind, SETUP_MESSAGE } from './ops';
 import { statusName } from './status';
@@ -388,7 +388,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const nic = pool.rail(id);
     const chunk = pool.chunk(id);
     const token = ep.ops.alloc(OpKind.EAGER_COPY, this.id, this.serial, nic, this.rSeq[w], sub - w * MAX_RECVS, id);
-    ep.rails[nic].read(ep.selfPeer[nic], region.base + this.sOffset[sub], len, (region.localRegs ?? region.regs)[nic].desc, chunk.reg.remote(chunk.addr + from), chunk.reg.keyLo, chunk.reg.keyHi, token);
+    ep.rails[nic].read(ep.selfPeer[nic], region.base + this.sOffset[sub], len, ownRegs(region)[nic].desc, chunk.reg.remote(chunk.addr + from), chunk.reg.keyLo, chunk.reg.keyHi, token);
   }
 
   private misfit(w: number, sub: number, len: number): void {
@@ -426,7 +426,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const sub = this.writtenSub(w, true);
     if (sub < 0) return false;
     const region = this.sRegion[sub]!;
-    const device = (region.localRegs ?? region.regs)[0]?.device ?? 0;
+    const device = ownRegs(region)[0]?.device ?? 0;
     this.ep.fences.wait(this, this.rSeq[w], device < 0 ? 0 : device, this.nics, region, region.base + this.sOffset[sub], this.sBytes[sub]);
     return true;
   }
@@ -520,8 +520,8 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       }
     const action = b ? flushAction(this.ep.config.flush, b.region!.kind, b.size) : FlushAction.NONE;
     if (action === FlushAction.NONE) return this.completeNow(slot, ResultCode.SUCCESS, -1);
-    // Under auto, a receive the CUDA IPC fence already read back needs no second read.
-    if (!this.ep.config.flush.all && this.fenced.delete(b!.region!.base + b!.offset)) return this.completeNow(slot, ResultCode.SUCCESS, -1);
+    // Under auto, a receive the CUDA IPC fence already read back needs no second read (markFenced).
+    if (this.fenced.delete(b!.region!.base + b!.offset)) return this.completeNow(slot, ResultCode.SUCCESS, -1);
     const f = this.fFree.pop() ?? this.newFlush();
     this.fSlot[f] = slot;
     this.fLeft[f] = this.nics;
@@ -532,11 +532,11 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     for (let nic = 0; nic < this.nics; nic++) {
       if (action === FlushAction.READ) {
         const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, nic, f, 0, 0);
-        const reg = (region.localRegs ?? region.regs)[nic];
+        const reg = ownRegs(region)[nic];
         ep.rails[nic].read(ep.selfPeer[nic], line.base + FLUSH_READ_AT + FLUSH_LINE * nic, flushBytes(b!.size), line.regs[nic].desc, reg.remote(region.base + b!.offset), reg.keyLo, reg.keyHi, token);
       } else {
         const { target, at } = this.scratch(nic);
-        const reg = (target.localRegs ?? target.regs)[nic];
+        const reg = ownRegs(target)[nic];
         const token = ep.ops.alloc(OpKind.FLUSH_WRITE, this.id, this.serial, nic, f, nic, 0);
         ep.rails[nic].write(ep.selfPeer[nic], line.base + FLUSH_SRC_AT + FLUSH_LINE * nic, FLUSH_LINE, line.regs[nic].desc, reg.remote(at), reg.keyLo, reg.keyHi, -1, token);
       }
@@ -575,7 +575,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       // The write is done: now read that line back through the same NIC.
       const ep = this.ep;
       const { target, at } = this.scratch(b);
-      const reg = (target.localRegs ?? target.regs)[b];
+      const reg = ownRegs(target)[b];
       const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, b, a, 0, 0);
       ep.rails[b].read(ep.selfPeer[b], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b, FLUSH_LINE, ep.line.regs[b].desc, reg.remote(at), reg.keyLo, reg.keyHi, token);
     } else if (kind === OpKind.FLUSH_READ) {

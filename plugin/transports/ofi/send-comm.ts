@@ -17,7 +17,7 @@ import { type NetError, internalError, invalidUsage, systemError } from '../../e
 import { log } from '../../log';
 import { OfiComm } from './comm';
 import type { OfiEndpoint, OwnedRegion } from './endpoint';
-import type { Completion, Region, ReqBuf, SendComm } from './fabric';
+import { type Completion, type Region, type ReqBuf, type SendComm, ownRegs } from './fabric';
 import { SharedSendMatcher, type MatchSink } from './matcher';
 import { OpKind, SETUP_MESSAGE } from './ops';
 import { statusName } from './status';
@@ -260,7 +260,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     const src = rec.region ?? ep.line;
     const addr = rec.region ? rec.region.base + rec.offset : ep.line.base + ep.zeroAt;
     // Never the IPC registration: an eager send is not acknowledged.
-    const regs = src.localRegs ?? src.regs;
+    const regs = ownRegs(src);
     rec.left = 1;
     this.wroteAt = ep.now;
     const token = ep.ops.alloc(OpKind.EAGER, this.id, this.serial, nic, rec.index, 0, 0);
@@ -353,7 +353,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     const base = rec.region ? rec.region.base + rec.offset : ep.line.base + ep.zeroAt;
     // CUDA IPC only for bytes to move (a 0-byte or "did not fit" write goes from the plain registration).
     const ipc = this.ipc && src.localRegs !== undefined && rec.size > 0 && rec.size <= room;
-    const regs = ipc ? src.regs : (src.localRegs ?? src.regs);
+    const regs = ipc ? src.regs : ownRegs(src);
     const sch = this.schedule;
     let segs = 0;
     if (rec.size > room) {
