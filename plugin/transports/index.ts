@@ -15,7 +15,7 @@ export function makeTransport(config: Config, regions: Regions, binding: LaneBin
   if (config.transport === 'loopback') return new LoopbackTransport(config, regions);
   if (config.transport === 'ofi') {
     const opened = openOfi(binding, config.ofi!.cudaApi);
-    if (thread === 0) for (const l of OfiTransport.describe(opened)) log.info(l);
+    if (thread === 0) for (const l of OfiTransport.describe(opened, config.ofi!.forceRails)) log.info(l);
     return new OfiTransport(config, config.ofi!, binding, opened, port, config.latencyUs);
   }
   return new TcpTransport(config, { binding, port: port() });

@@ -22,8 +22,8 @@ interface Run {
   seconds: number;
 }
 
-async function run(args: string[], provider: string): Promise<Run> {
-  const env: NodeJS.ProcessEnv = { ...process.env, TSNET_TRANSPORT: 'ofi', FI_PROVIDER: provider, TSNET_TIMEOUT_SEC: '3' };
+async function run(args: string[], provider: string, extra: NodeJS.ProcessEnv = {}): Promise<Run> {
+  const env: NodeJS.ProcessEnv = { ...process.env, TSNET_TRANSPORT: 'ofi', FI_PROVIDER: provider, TSNET_TIMEOUT_SEC: '3', ...extra };
   delete env.TSNET_DEVICE_GROUPS;
   const r = await runAsync(buildDriver(), [...args, '--lib', LIB], { cwd: ROOT, env, timeout: 600_000 });
   return { out: r.stdout, err: r.stderr, status: r.status, seconds: r.seconds };
@@ -99,3 +99,31 @@ for (const provider of ['tcp', 'shm'])
 
     for (const scenario of ONE) it(`--procs 1: ${scenario}`, () => expectScenario(one.out, scenario));
   });
+
+// A NIC repeated: every rail its own endpoint on its own I/O thread (shm copies on the
+// receiving endpoint's thread, so this is how a comm copies on several), messages striped and
+// round-robin over endpoints that share one NIC and one domain.
+describe.skipIf(!HAVE_LIBFABRIC)('C driver, libfabric shm, OFI_NCCL_FORCE_NUM_RAILS=3', () => {
+  const scenarios = ['transfer', 'inflight', 'grouped', 'pushback'];
+  let pair: Run;
+  beforeAll(async () => {
+    requireLib();
+    pair = await run([scenarios.join(','), '--procs', '2', '--version', '12', '--verbose'], 'shm', { OFI_NCCL_FORCE_NUM_RAILS: '3' });
+    console.log(`driver over ofi shm, 3 rails: --procs 2 ${pair.seconds.toFixed(1)} s`);
+  }, 600_000);
+
+  it('exits 0 with no failed check, 64 MiB validated', () => {
+    expect(pair.out.split('\n').filter((l) => l.startsWith('not ok')), pair.err.slice(-4000)).toEqual([]);
+    expect(pair.status).toBe(0);
+    expect(pair.out).toMatch(new RegExp(`^ok - v12 transfer \\[recv\\]: recv of ${64 << 20} bytes: data equal`, 'm'));
+  });
+
+  for (const scenario of scenarios) it(scenario, () => expectScenario(pair.out, scenario));
+
+  it('opens three endpoints of the one NIC on three I/O threads, and comms use 3 rails', () => {
+    const opened = pair.err.match(/NET\/tsnet ofi shm: 3 rail\(s\) on 1 NIC\(s\), endpoints on I\/O thread\(s\) (\d+), (\d+), (\d+)/);
+    expect(opened, pair.err.slice(-4000)).not.toBeNull();
+    expect(new Set(opened!.slice(1)).size).toBe(3);
+    expect(pair.err).toMatch(/ofi shm send comm \d+: connected to comm \d+, 3 rail\(s\)/);
+  });
+});

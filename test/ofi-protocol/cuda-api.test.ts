@@ -3,28 +3,9 @@
 // FI_OPT_CUDA_API_PERMITTED = false) is tested against real providers in test/ofi/.
 import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { OfiBinding, OfiNicInfo } from '../../plugin/transports/ofi/native-rail';
+import { nicInfo } from './nic-info';
 
-const nic = (over: Partial<OfiNicInfo>): OfiNicInfo => ({
-  provider: 'shm',
-  domain: 'shm',
-  fabric: 'shm',
-  pciPath: '',
-  guid: 1n,
-  speedMbps: 0,
-  hmem: false,
-  hmemWhy: '',
-  noCudaApi: false,
-  mixedIov: true,
-  virtAddr: true,
-  mrLocal: false,
-  rxCqData: false,
-  autoProgress: false,
-  maxMsgSize: 1 << 30,
-  injectSize: 0,
-  cqDataBytes: 8,
-  describe: 'shm domain shm',
-  ...over,
-});
+const nic = nicInfo;
 
 // The transport module keeps libfabric's answer for the process: a fresh module per test.
 async function transport() {

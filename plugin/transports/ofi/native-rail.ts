@@ -78,7 +78,8 @@ export class NativeRail implements Rail, CqeHandler {
   readonly cqDataBytes: number;
   readonly rxCqData: boolean;
   private readonly lane: number;
-  private readonly thread: number;
+  /** The I/O thread that owns the endpoint. */
+  readonly thread: number;
   private readonly link: number;
   private readonly one: Completion = { token: 0, status: 0, flags: 0, len: 0, imm: 0, immHi: 0 };
   private readonly batch: Completion[] = [this.one];

@@ -12,10 +12,11 @@ import type { CommStats, RequestTrace } from '../../protocol/endpoint';
 import type { RecvArgs } from '../../protocol/receiver';
 import { groupGuid } from '../guid';
 import type { CommHooks, Connector, Device, Listener, RecvComm, SendComm, Traits, Transport } from '../transport';
-import type { OfiConfig } from './config';
+import { MAX_RAILS, type OfiConfig } from './config';
 import { OfiEndpoint } from './endpoint';
 import type { Complete, OnCompletions, RecvComm as OfiRecv, Registration, ReqBuf, SendComm as OfiSend } from './fabric';
 import { NativeRail, type OfiBinding, type OfiNicInfo } from './native-rail';
+import { deviceRails, nicOf } from './policy/rails';
 
 /** The engine's answer to ofiOpen, read once per process (thread 0 logs it). */
 export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
@@ -166,7 +167,7 @@ export class OfiTransport implements Transport {
   }
 
   /** INFO lines of discovery (thread 0 logs them). */
-  static describe(opened: OfiOpened): string[] {
+  static describe(opened: OfiOpened, forceRails = 0): string[] {
     const lines = [`ofi: ${opened.version}, provider ${opened.nics[0].provider}, ${opened.progress}`];
     for (const n of opened.nics) lines.push(`ofi: NIC ${n.domain}: ${n.describe}`);
     const nic = opened.nics[0];
@@ -175,6 +176,13 @@ export class OfiTransport implements Transport {
     else lines.push(`ofi: GPU memory is registered directly (FI_HMEM, CUDA), and ${nic.provider} calls CUDA on tsnet's I/O threads (TSNET_OFI_CUDA_API=1): this can deadlock with the application's CUDA calls`);
     if (nic.hmem && !nic.mixedIov)
       lines.push(`ofi: ${opened.version} cannot gather host and GPU memory in one send: sends from GPU memory are not sent eager (libfabric 1.18 can)`);
+    // shm moves each write's bytes inside the target endpoint's completion-queue poll, so one
+    // endpoint copies on one thread (docs/performance.md: at most about 9 GB/s on an H200 host).
+    if (nic.provider === 'shm' && forceRails === 0 && opened.nics.length < MAX_RAILS)
+      lines.push(
+        `ofi: shm copies the bytes of large messages on the receiving endpoint's I/O thread: OFI_NCCL_FORCE_NUM_RAILS=2 to ${MAX_RAILS} gives each device that many endpoints, ` +
+          'each on its own I/O thread and with its own /dev/shm region, and stripes large messages over them',
+      );
     return lines;
   }
 
@@ -186,7 +194,15 @@ export class OfiTransport implements Transport {
     const rails: NativeRail[] = [];
     const onCompletions: OnCompletions = (rail, batch) => ep!.onCompletions(rail, batch);
     try {
-      d.nics.forEach((nic, i) => rails.push(new NativeRail(port, this.binding, nic, this.opened.nics[nic], i, onCompletions)));
+      // One endpoint per rail, a NIC repeated (OFI_NCCL_FORCE_NUM_RAILS above the NIC count)
+      // included: each endpoint has an I/O thread of its own, and a provider whose progress
+      // moves the bytes (shm copies each write in the target's completion-queue poll) copies
+      // a striped message on as many threads as the comm has rails.
+      const count = deviceRails(d.nics.length, this.ofi.forceRails);
+      for (let i = 0; i < count; i++) {
+        const nic = d.nics[nicOf(i, d.nics.length)];
+        rails.push(new NativeRail(port, this.binding, nic, this.opened.nics[nic], i, onCompletions));
+      }
       ep = new OfiEndpoint(rails, {
         config: this.ofi,
         name: `ofi ${d.name}`,
@@ -199,6 +215,7 @@ export class OfiTransport implements Transport {
     }
     this.endpoints[dev] = ep;
     this.railsOf[dev] = rails;
+    log.info(`ofi ${d.name}: ${railsLine(rails, d.nics.length)}`);
     return ep;
   }
 
@@ -326,6 +343,12 @@ export function openOfi(binding: OfiBinding, cudaApi = false): OfiOpened {
 }
 
 // Devices from NICs: TSNET_DEVICE_GROUPS joins NICs by domain name (a+b,c), else one each.
+/** Where a protocol thread's endpoints of one device run (INFO when it opens them). */
+export function railsLine(rails: { thread: number }[], nics: number): string {
+  const on = rails.map((r) => r.thread).join(', ');
+  return `${rails.length} rail(s) on ${nics} NIC(s), endpoints on I/O thread(s) ${on}`;
+}
+
 function groups(nics: OfiNicInfo[], spec: string | undefined): number[][] {
   if (!spec) return nics.map((_n, i) => [i]);
   const byName = new Map(nics.map((n, i) => [n.domain, i]));
