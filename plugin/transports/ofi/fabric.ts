@@ -48,7 +48,7 @@ export interface HostBuffer {
 export interface Rail {
   /** Endpoint address (fi_getname), at most 64 bytes. */
   readonly name: Uint8Array;
-  /** This rail's index within its device (its NIC). */
+  /** This rail's position among its device's rails (a NIC that OFI_NCCL_FORCE_NUM_RAILS repeats has several). */
   readonly index: number;
   /** fi_av_insert: the peer id that names this address in later calls. Inserting the same name twice may return the same id. */
   insertPeer(name: Uint8Array): number;

@@ -178,7 +178,7 @@ export class OfiTransport implements Transport {
       lines.push(`ofi: ${opened.version} cannot gather host and GPU memory in one send: sends from GPU memory are not sent eager (libfabric 1.18 can)`);
     // shm moves each write's bytes inside the target endpoint's completion-queue poll, so one
     // endpoint copies on one thread (docs/performance.md: at most about 9 GB/s on an H200 host).
-    if (nic.provider === 'shm' && forceRails === 0 && opened.nics.length < MAX_RAILS)
+    if (nic.provider === 'shm' && forceRails === 0)
       lines.push(
         `ofi: shm copies the bytes of large messages on the receiving endpoint's I/O thread: OFI_NCCL_FORCE_NUM_RAILS=2 to ${MAX_RAILS} gives each device that many endpoints, ` +
           'each on its own I/O thread and with its own /dev/shm region, and stripes large messages over them',
@@ -342,13 +342,13 @@ export function openOfi(binding: OfiBinding, cudaApi = false): OfiOpened {
   }
 }
 
-// Devices from NICs: TSNET_DEVICE_GROUPS joins NICs by domain name (a+b,c), else one each.
 /** Where a protocol thread's endpoints of one device run (INFO when it opens them). */
 export function railsLine(rails: { thread: number }[], nics: number): string {
   const on = rails.map((r) => r.thread).join(', ');
   return `${rails.length} rail(s) on ${nics} NIC(s), endpoints on I/O thread(s) ${on}`;
 }
 
+// Devices from NICs: TSNET_DEVICE_GROUPS joins NICs by domain name (a+b,c), else one each.
 function groups(nics: OfiNicInfo[], spec: string | undefined): number[][] {
   if (!spec) return nics.map((_n, i) => [i]);
   const byName = new Map(nics.map((n, i) => [n.domain, i]));
