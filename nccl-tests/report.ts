@@ -22,24 +22,25 @@ export interface Run extends Parsed {
 }
 
 /** run.sh's variants in the order of the tables and the plot; others follow, by name. */
-export const VARIANT_ORDER = ['tsnet-ofi-ipc', 'tsnet-ofi', 'tsnet-ofi-host', 'tsnet', 'socket', 'socket-tuned'];
+export const VARIANT_ORDER = ['tsnet-ofi-ipc', 'tsnet-ofi', 'tsnet-ofi-rails', 'tsnet-ofi-host', 'tsnet', 'socket', 'socket-tuned'];
 const LABEL: Record<string, string> = {
   'tsnet-ofi-ipc': 'tsnet over ofi, CUDA IPC',
   'tsnet-ofi': 'tsnet over ofi (GDR)',
+  'tsnet-ofi-rails': 'tsnet over ofi (host staging, 4 rails)',
   'tsnet-ofi-host': 'tsnet over ofi (host staging)',
   tsnet: 'tsnet over TCP',
   socket: 'Socket (defaults)',
   'socket-tuned': 'Socket (4 threads x 4 sockets)',
 };
 /** Short names for the table's headers: `X busbw` and `X / Y`. */
-const COLUMN: Record<string, string> = { 'tsnet-ofi-ipc': 'ofi-ipc', 'tsnet-ofi': 'ofi', 'tsnet-ofi-host': 'ofi-host', tsnet: 'tsnet', socket: 'Socket', 'socket-tuned': 'Socket tuned' };
+const COLUMN: Record<string, string> = { 'tsnet-ofi-ipc': 'ofi-ipc', 'tsnet-ofi': 'ofi', 'tsnet-ofi-rails': 'ofi-rails', 'tsnet-ofi-host': 'ofi-host', tsnet: 'tsnet', socket: 'Socket', 'socket-tuned': 'Socket tuned' };
 const DENOMINATOR: Record<string, string> = { ...COLUMN, 'socket-tuned': 'tuned' };
 
 const isTsnet = (v: string) => v === 'tsnet' || v.startsWith('tsnet-');
 const isOfi = (v: string) => v.startsWith('tsnet-ofi');
-/** Variants whose channels should all be GPUDirect, and the one that must have none. */
+/** Variants whose channels should all be GPUDirect, and those that must have none. */
 const GDR_WANTED = new Set(['tsnet-ofi', 'tsnet-ofi-ipc']);
-const GDR_OFF = 'tsnet-ofi-host';
+const GDR_OFF = new Set(['tsnet-ofi-host', 'tsnet-ofi-rails']);
 
 export function orderVariants(present: Iterable<string>): string[] {
   const set = new Set(present);
@@ -94,7 +95,7 @@ export function gdrCell(gdr: Parsed['gdr']): string {
  */
 export function gdrNote(r: Pick<Run, 'variant' | 'gdr'>): { text: string; problem: boolean } | null {
   const { send, recv } = r.gdr;
-  if (r.variant === GDR_OFF && send.gdr + recv.gdr > 0) return { text: 'GDRDMA with GDR off', problem: true };
+  if (GDR_OFF.has(r.variant) && send.gdr + recv.gdr > 0) return { text: 'GDRDMA with GDR off', problem: true };
   if (GDR_WANTED.has(r.variant) && (send.plain + recv.plain > 0 || send.gdr + recv.gdr === 0)) return { text: 'not all channels GDRDMA', problem: false };
   return null;
 }

@@ -23,6 +23,8 @@
 #                             move through host memory as in tsnet-ofi
 #             tsnet-ofi-host  tsnet over libfabric, NCCL_NET_GDR_LEVEL=LOC: no GPUDirect, NCCL
 #                             stages through host memory
+#             tsnet-ofi-rails tsnet-ofi-host over 4 rails (OFI_NCCL_FORCE_NUM_RAILS=4): with shm, every
+#                             rail an endpoint of its own, so a comm copies on 4 I/O threads
 #             socket          NCCL's Socket transport, defaults
 #             socket-tuned    Socket with NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4
 #             The ofi variants take the provider and library from EXTRA_ENV (FI_PROVIDER=shm,
@@ -57,6 +59,7 @@ variant_env() {
     tsnet-ofi) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1" ;;
     tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1 TSNET_OFI_GPU_IPC=1 NCCL_CUMEM_ENABLE=0" ;;
     tsnet-ofi-host) echo "$ofi NCCL_NET_GDR_LEVEL=LOC" ;;
+    tsnet-ofi-rails) echo "$ofi NCCL_NET_GDR_LEVEL=LOC OFI_NCCL_FORCE_NUM_RAILS=4" ;;
     socket) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none" ;;
     socket-tuned) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
