@@ -3,8 +3,10 @@
 // properties (docs/ofi-facts.md shows what tcp and shm answer).
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -35,6 +37,21 @@ struct Infos {
     if (head) ofiLib().freeinfo(head);
   }
 };
+
+// shm refuses to start (fi_getinfo finds nothing) when /dev/shm has too little free space for
+// its regions, which a container's default /dev/shm (64 MiB) soon is. Where shm was asked for,
+// the refusal names the space, so that the WARN does not read as a missing provider.
+std::string devShmNote(const std::string& provider) {
+  const char* env = getenv("FI_PROVIDER");
+  if (provider.find("shm") == std::string::npos && !(env && strstr(env, "shm"))) return "";
+  struct statvfs st;
+  if (statvfs("/dev/shm", &st) != 0) return "; shm needs /dev/shm, which cannot be read (" + std::string(strerror(errno)) + ")";
+  auto mib = [](unsigned long long b) { return std::to_string(b >> 20); };
+  const unsigned long long unit = st.f_frsize ? st.f_frsize : st.f_bsize;
+  return "; /dev/shm has " + mib(static_cast<unsigned long long>(st.f_bavail) * unit) + " MiB free of " +
+         mib(static_cast<unsigned long long>(st.f_blocks) * unit) +
+         " MiB, and shm refuses to start when its regions would not fit (FI_LOG_LEVEL=warn shows libfabric's reason)";
+}
 
 bool inList(const std::string& name, const std::string& list) {
   std::stringstream ss(list);
@@ -253,6 +270,7 @@ std::vector<OfiNic> ofiDiscover(const OfiOptions& o, std::string* why, std::stri
                "memory registration modes this transport handles";
         if (!o.provider.empty()) *why += " among \"" + o.provider + "\"";
         if (rc != 0) *why += " (fi_getinfo: " + ofiStrerror(rc) + ")";
+        *why += devShmNote(o.provider);
       }
       return nics;
     }

@@ -127,3 +127,24 @@ describe.skipIf(!HAVE_LIBFABRIC)('C driver, libfabric shm, OFI_NCCL_FORCE_NUM_RA
     expect(pair.err).toMatch(/ofi shm send comm \d+: connected to comm \d+, 3 rail\(s\)/);
   });
 });
+
+// shm refuses to start when /dev/shm is short of space (a container's default is 64 MiB): init
+// fails with a WARN that gives the space, not only "no provider". A 4 MiB tmpfs over /dev/shm in
+// a private mount namespace (`unshare -m`): needs root, skipped otherwise.
+describe.skipIf(!HAVE_LIBFABRIC || process.getuid?.() !== 0)('libfabric shm with /dev/shm short of space', () => {
+  it('init fails with rc 2 and a WARN naming the free space of /dev/shm; the process lives on', async () => {
+    requireLib();
+    const script = 'mount -t tmpfs -o size=4M tmpfs /dev/shm || exit 77; exec "$DRIVER" tables --procs 1 --version 12 --lib "$LIB"';
+    const r = await runAsync('unshare', ['-m', 'bash', '-c', script], {
+      cwd: ROOT,
+      env: { ...process.env, DRIVER: buildDriver(), LIB, TSNET_TRANSPORT: 'ofi', FI_PROVIDER: 'shm', TSNET_TIMEOUT_SEC: '3' },
+      timeout: 120_000,
+    });
+    // 77, or unshare refused: this container cannot make a mount namespace.
+    if (r.status === 77 || /unshare failed/.test(r.stderr)) return console.log(`skipped: ${r.stderr.trim()}`);
+    const all = r.stdout + r.stderr;
+    expect(all).not.toMatch(/died of signal/);
+    expect(r.stdout).toMatch(/^not ok - v12 tables: init \(rc 2\)$/m);
+    expect(all).toMatch(/TSNET_TRANSPORT=ofi: no libfabric provider offers .*; \/dev\/shm has 4 MiB free of 4 MiB, and shm refuses to start when its regions would not fit/);
+  }, 120_000);
+});
