@@ -1,5 +1,7 @@
 // RDM endpoints: posting operations, reading completions (errors with the provider's words),
 // the wait fd, and a close that leaves nothing behind.
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstring>
 
@@ -238,6 +240,19 @@ void destroy(OfiEndpoint::Impl* m) {
 
 }  // namespace
 
+namespace {
+
+// shm names an endpoint's region in /dev/shm after the pid ("<pid>:<uid>:<index>"), and refuses
+// the name (EBUSY, "shm file in use") when a file of that name gives a live owner, which this
+// very process is when a killed process with the same pid left the file. shm removes the file
+// as it refuses it; the next endpoint of this process takes the next index.
+std::string shmInUseNote() {
+  return "; shm refused this endpoint's region name: a file of that name in /dev/shm gave pid " + std::to_string(getpid()) +
+         " as its owner, this process, most likely left by a killed process with the same pid";
+}
+
+}  // namespace
+
 OfiEndpoint::OfiEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 OfiEndpoint::~OfiEndpoint() {
@@ -288,6 +303,12 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
     if (rc != 0) return fail(rc, "fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)");
   }
   rc = fi_enable(m->ep);
+  if (rc == -FI_EBUSY && nic.provider == "shm") {
+    *err = ofiErrorOf(rc, "fi_enable", nic.provider + " " + nic.domain);
+    err->text += shmInUseNote();
+    destroy(m.get());
+    return nullptr;
+  }
   if (rc != 0) return fail(rc, "fi_enable");
   char name[256];
   size_t len = sizeof name;

@@ -148,3 +148,36 @@ describe.skipIf(!HAVE_LIBFABRIC || process.getuid?.() !== 0)('libfabric shm with
     expect(all).toMatch(/TSNET_TRANSPORT=ofi: no libfabric provider offers .*; \/dev\/shm has 4 MiB free of 4 MiB, and shm refuses to start when its regions would not fit/);
   }, 120_000);
 });
+
+// A killed process leaves its shm region in /dev/shm, named for its pid ("<pid>:<uid>:<index>")
+// and giving that pid as its owner. A later process with the same pid is refused that name
+// (EBUSY, "shm file in use"); the endpoint then takes the next name and says so. Two runs of
+// the driver's pair in fresh pid namespaces (the same pids each time) over a private /dev/shm:
+// the first killed once both processes have their regions. Root only, skipped otherwise.
+describe.skipIf(!HAVE_LIBFABRIC || process.getuid?.() !== 0)('libfabric shm after a killed process with the same pid', () => {
+  it('the pair passes, each endpoint past the refused name, with an INFO line that says so', async () => {
+    requireLib();
+    const script = [
+      'mount -t tmpfs -o size=256M tmpfs /dev/shm || exit 77',
+      // Only builtins while the driver starts: each fork would take a pid.
+      `unshare -p -f --mount-proc bash -c 'shopt -s nullglob; "$DRIVER" transfer --procs 2 --version 12 --lib "$LIB" > /dev/null 2>&1 & ` +
+        'while f=(/dev/shm/*:0:0); (( ${#f[@]} < 2 && SECONDS < 60 )); do :; done; ' +
+        't=${EPOCHREALTIME/./}; while (( ${EPOCHREALTIME/./} - t < 300000 )); do :; done; kill -9 -1 2>/dev/null; true\' || exit 77',
+      'echo "left: $(cd /dev/shm && echo *)"',
+      `exec unshare -p -f --mount-proc bash -c '"$DRIVER" transfer --procs 2 --version 12 --verbose --lib "$LIB" & wait $!'`,
+    ].join('\n');
+    const r = await runAsync('unshare', ['-m', 'bash', '-c', script], {
+      cwd: ROOT,
+      env: { ...process.env, DRIVER: buildDriver(), LIB, TSNET_TRANSPORT: 'ofi', FI_PROVIDER: 'shm', TSNET_TIMEOUT_SEC: '3' },
+      timeout: 180_000,
+    });
+    // 77, or unshare refused: this container cannot make mount or pid namespaces.
+    if (r.status === 77 || /unshare failed/.test(r.stderr)) return console.log(`skipped: ${r.stderr.trim()}`);
+    const left = r.stdout.match(/^left: (.*)$/m)?.[1] ?? '';
+    expect(left.split(' ').filter((f) => /^\d+:0:0$/.test(f)).length, r.stdout.slice(-2000)).toBe(2);
+    expect(r.stdout.split('\n').filter((l) => l.startsWith('not ok')), r.stderr.slice(-4000)).toEqual([]);
+    expect(r.status).toBe(0);
+    const skipped = (r.stdout + r.stderr).match(/ofi: shm refused 1 region name\(s\) for this pid \(\d+\)/g) ?? [];
+    expect(skipped.length).toBe(2);
+  }, 180_000);
+});

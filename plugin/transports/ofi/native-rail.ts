@@ -6,6 +6,7 @@
 import type { CqeHandler, EngineBinding, Port } from '../../engine/port';
 import { CQE_REMOTE, SubKind } from '../../engine/records';
 import { NetError } from '../../errors';
+import { log } from '../../log';
 import type { Completion, HostBuffer, OnCompletions, Rail, Registration } from './fabric';
 
 /** A registration as the engine answers it. */
@@ -50,7 +51,8 @@ export interface OfiNicInfo {
 /** The engine's libfabric functions (native/engine/engine_ofi.cc). */
 export interface OfiBinding extends EngineBinding {
   ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
-  ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array };
+  /** skipped: region names shm refused as in use by this pid (left by a killed process with the same pid), passed by. */
+  ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array; skipped?: number };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
   ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean): MrAnswer;
   ofiDeregMr(mr: number): void;
@@ -59,6 +61,15 @@ export interface OfiBinding extends EngineBinding {
   /** I/O threads inside one provider call for thresholdMs or more, each reported once (engine_js.cc). */
   ioStalls?(thresholdMs: number): { thread: number; lane: number; ms: number; call: string }[];
   ioClose(lane: number, graceful: boolean): { partial: boolean; hard: boolean };
+}
+
+/** INFO when shm refused region names of this pid that a killed process with the same pid had used. */
+export function shmSkippedLine(skipped: number, pid: number): string {
+  return (
+    `ofi: shm refused ${skipped} region name(s) for this pid (${pid}): a region of that name in /dev/shm gave this pid as its ` +
+    'owner, which is what a killed process with the same pid leaves behind (shm removes such a file when it refuses it); ' +
+    'this endpoint took the next name'
+  );
 }
 
 /** Native errors carry their NCCL result code. */
@@ -99,6 +110,7 @@ export class NativeRail implements Rail, CqeHandler {
       this.lane = r.lane;
       this.thread = r.thread;
       this.name = new Uint8Array(r.name);
+      if (r.skipped) log.info(shmSkippedLine(r.skipped, process.pid));
     } catch (e) {
       port.removeLink(this.link);
       throw netError(e);
