@@ -238,10 +238,6 @@ void destroy(OfiEndpoint::Impl* m) {
   m->av = nullptr;
 }
 
-}  // namespace
-
-namespace {
-
 // shm names an endpoint's region in /dev/shm after the pid ("<pid>:<uid>:<index>"), and refuses
 // the name (EBUSY, "shm file in use") when a file of that name gives a live owner, which this
 // very process is when a killed process with the same pid left the file. shm removes the file

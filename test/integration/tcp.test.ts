@@ -564,7 +564,9 @@ describe.skipIf(!!missing)('tcp: a send larger than its receive', () => {
     const probe = c.a.reg(c.recv, 100);
     const ps = c.b.reg(c.send, 100);
     fill(ps.bytes, 77);
-    await until(() => warnings().some((w) => /does not fit/.test(w) && w.includes(String(size))), 5000, 'the sender to learn of it');
+    // The sender's own WARN (protocol/sender.ts), not the receiver's: only once the sender has
+    // read the NACK does it know which send carries the error.
+    await until(() => warnings().some((w) => /does not fit the \d+-byte receive it matched/.test(w) && w.includes(String(size))), 5000, 'the sender to learn of it');
     c.a.post({ op: Op.RECV, comm: c.recv, slot: 2, bufs: [[probe.mr, 0, 100, 3]] });
     c.b.post({ op: Op.SEND, comm: c.send, slot: 2, bufs: [[ps.mr, 0, 100, 3]] });
     await until(() => !!c.a.of(c.recv, 2) && !!c.b.of(c.send, 2), 5000, 'the next message');
