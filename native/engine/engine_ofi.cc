@@ -303,11 +303,9 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Tries past shm regions left by killed processes with this pid, one per endpoint name.
-constexpr int kShmInUseRetries = 8;
-
 // ofiRail(nic, thread, link) -> { lane, thread, name, skipped }: an RDM endpoint on the NIC, owned by I/O
 // thread `thread` (-1: round robin); its completions go to the calling protocol thread's link.
+// skipped: region names shm refused as left by a killed process with this pid (OfiEndpoint::open).
 Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int nic = static_cast<int>(num(info, 0));
@@ -332,14 +330,6 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   o.waitFd = domain->nic().autoProgress;  // without progress of its own, a thread must poll anyway
   OfiError err;
   std::unique_ptr<OfiEndpoint> ep = OfiEndpoint::open(domain, o, &err);
-  // shm refuses a region name of this pid whose file gives a live owner, which this process is
-  // when a killed process with the same pid left the file (docs/ofi-facts.md). Each endpoint
-  // takes the next name ("<pid>:<uid>:<index>"), so a new try passes such leftovers by.
-  int skipped = 0;
-  while (!ep && err.code == -EBUSY && domain->nic().provider == "shm" && skipped < kShmInUseRetries) {
-    skipped++;
-    ep = OfiEndpoint::open(domain, o, &err);
-  }
   if (!ep) return fail(env, err.text, err.result);
   Lane* l = newLane(-1, E->threads[ti], p, static_cast<uint32_t>(num(info, 2)));
   if (!l) return fail(env, "ofiRail: too many lanes", TSN_SYSTEM_ERROR);
@@ -354,7 +344,7 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("lane", l->id);
   out.Set("thread", ti);
-  out.Set("skipped", skipped);
+  out.Set("skipped", l->ofi->shmNamesRefused());
   const std::string& name = l->ofi->name();
   out.Set("name", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(name.data()), name.size()));
   return out;

@@ -255,6 +255,9 @@ class OfiEndpoint {
   OfiEndpoint& operator=(const OfiEndpoint&) = delete;
 
   const std::shared_ptr<OfiDomain>& domain() const;
+  // Region names shm refused at open as left by a killed process with this pid (each try takes
+  // the next name; docs/ofi-facts.md).
+  int shmNamesRefused() const;
   // This endpoint's address (fi_getname), to hand to peers.
   const std::string& name() const;
   // Makes a peer's address usable: *peer is what posts take (fi_av_insert).

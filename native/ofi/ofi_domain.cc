@@ -174,48 +174,6 @@ bool ofiCudaRegistrable(const OfiNic& nic, std::string* why) {
   return false;
 }
 
-bool ofiCudaApiOptional(const OfiNic& nic, std::string* why) {
-  OfiError err;
-  std::shared_ptr<OfiDomain> d = OfiDomain::open(nic, &err);
-  if (!d) {
-    *why = err.text;
-    return false;
-  }
-  fid_ep* ep = nullptr;
-  int rc;
-  {
-    OfiSignalGuard guard;  // shm installs its handlers at its first endpoint
-    rc = fi_endpoint(d->impl()->domain, nic.info.get(), &ep, nullptr);
-  }
-  if (rc != 0) {
-    *why = "fi_endpoint: " + ofiStrerror(rc);
-    return false;
-  }
-  // Bound like a real endpoint (some providers' close expects it: rxm in 1.17), never enabled.
-  fid_cq* cq = nullptr;
-  fid_av* av = nullptr;
-  fi_cq_attr cqa{};
-  cqa.size = 16;
-  cqa.format = FI_CQ_FORMAT_DATA;
-  fi_av_attr ava{};
-  ava.type = FI_AV_TABLE;
-  rc = fi_cq_open(d->impl()->domain, &cqa, &cq, nullptr);
-  if (rc == 0) rc = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV);
-  if (rc == 0) rc = fi_av_open(d->impl()->domain, &ava, &av, nullptr);
-  if (rc == 0) rc = fi_ep_bind(ep, &av->fid, 0);
-  if (rc != 0) {
-    *why = "opening a probe endpoint: " + ofiStrerror(rc);
-  } else {
-    bool permitted = false;
-    rc = fi_setopt(&ep->fid, FI_OPT_ENDPOINT, kOfiOptCudaApiPermitted, &permitted, sizeof permitted);
-    if (rc != 0) *why = "fi_setopt(FI_OPT_CUDA_API_PERMITTED, false): " + ofiStrerror(rc);
-  }
-  fi_close(&ep->fid);
-  if (av) fi_close(&av->fid);
-  if (cq) fi_close(&cq->fid);
-  return rc == 0;
-}
-
 uint64_t OfiMr::remoteAddr(const void* p) const {
   return virtAddr_ ? reinterpret_cast<uintptr_t>(p) : static_cast<uint64_t>(static_cast<const char*>(p) - base_);
 }
@@ -244,10 +202,6 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>&, void*, size
 OfiMr::~OfiMr() = default;
 uint64_t OfiMr::remoteAddr(const void* p) const {
   return virtAddr_ ? reinterpret_cast<uintptr_t>(p) : static_cast<uint64_t>(static_cast<const char*>(p) - base_);
-}
-bool ofiCudaApiOptional(const OfiNic&, std::string* why) {
-  ofiLoad(why);
-  return false;
 }
 
 #endif

@@ -238,10 +238,49 @@ void destroy(OfiEndpoint::Impl* m) {
   m->av = nullptr;
 }
 
-// shm names an endpoint's region in /dev/shm after the pid ("<pid>:<uid>:<index>"), and refuses
+// Opens an endpoint with its completion queue and address vector and binds them; with
+// noCudaApi also forbids CUDA calls inside libfabric (FI_OPT_CUDA_API_PERMITTED = false, after
+// the binds and before fi_enable). Not enabled. On failure *failed names the call.
+int build(OfiEndpoint::Impl* m, const OfiEndpointOptions& o, bool noCudaApi, fi_cq_attr* cq, const char** failed) {
+  const OfiNic& nic = m->d->nic;
+  int rc;
+  {
+    OfiSignalGuard guard;  // shm installs its handlers at its first endpoint
+    rc = fi_endpoint(m->d->domain, nic.info.get(), &m->ep, nullptr);
+  }
+  if (rc != 0) return *failed = "fi_endpoint", rc;
+  cq->size = o.cqSize ? o.cqSize : nic.txSize + nic.rxSize;
+  cq->format = FI_CQ_FORMAT_DATA;
+  cq->wait_obj = o.waitFd ? FI_WAIT_FD : FI_WAIT_NONE;
+  rc = fi_cq_open(m->d->domain, cq, &m->cq, nullptr);
+  if (rc != 0 && o.waitFd) {  // no fd to sleep on: the owning thread polls
+    cq->wait_obj = FI_WAIT_NONE;
+    rc = fi_cq_open(m->d->domain, cq, &m->cq, nullptr);
+  }
+  if (rc != 0) return *failed = "fi_cq_open", rc;
+  fi_av_attr av{};
+  av.type = FI_AV_TABLE;
+  rc = fi_av_open(m->d->domain, &av, &m->av, nullptr);
+  if (rc != 0) return *failed = "fi_av_open", rc;
+  rc = fi_ep_bind(m->ep, &m->av->fid, 0);
+  if (rc != 0) return *failed = "fi_ep_bind (address vector)", rc;
+  rc = fi_ep_bind(m->ep, &m->cq->fid, FI_TRANSMIT | FI_RECV);
+  if (rc != 0) return *failed = "fi_ep_bind (completion queue)", rc;
+  if (noCudaApi) {
+    bool permitted = false;
+    rc = fi_setopt(&m->ep->fid, FI_OPT_ENDPOINT, kOfiOptCudaApiPermitted, &permitted, sizeof permitted);
+    if (rc != 0) return *failed = "fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)", rc;
+  }
+  return 0;
+}
+
+// shm names an endpoint's region in /dev/shm after the pid ("<pid>:<uid>:<index>") and refuses
 // the name (EBUSY, "shm file in use") when a file of that name gives a live owner, which this
 // very process is when a killed process with the same pid left the file. shm removes the file
-// as it refuses it; the next endpoint of this process takes the next index.
+// as it refuses it, and the next endpoint of this process takes the next index: open tries
+// again, up to this many times.
+constexpr int kShmInUseRetries = 8;
+
 std::string shmInUseNote() {
   return "; shm refused this endpoint's region name: a file of that name in /dev/shm gave pid " + std::to_string(getpid()) +
          " as its owner, this process, most likely left by a killed process with the same pid";
@@ -270,45 +309,25 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
     destroy(m.get());
     return nullptr;
   };
-  {
-    OfiSignalGuard guard;  // shm installs its handlers at its first endpoint
-    int rc = fi_endpoint(m->d->domain, nic.info.get(), &m->ep, nullptr);
-    if (rc != 0) return fail(rc, "fi_endpoint");
-  }
   fi_cq_attr cq{};
-  cq.size = o.cqSize ? o.cqSize : nic.txSize + nic.rxSize;
-  cq.format = FI_CQ_FORMAT_DATA;
-  cq.wait_obj = o.waitFd ? FI_WAIT_FD : FI_WAIT_NONE;
-  int rc = fi_cq_open(m->d->domain, &cq, &m->cq, nullptr);
-  if (rc != 0 && o.waitFd) {  // no fd to sleep on: the owning thread polls
-    cq.wait_obj = FI_WAIT_NONE;
-    rc = fi_cq_open(m->d->domain, &cq, &m->cq, nullptr);
-  }
-  if (rc != 0) return fail(rc, "fi_cq_open");
-  fi_av_attr av{};
-  av.type = FI_AV_TABLE;
-  rc = fi_av_open(m->d->domain, &av, &m->av, nullptr);
-  if (rc != 0) return fail(rc, "fi_av_open");
-  rc = fi_ep_bind(m->ep, &m->av->fid, 0);
-  if (rc != 0) return fail(rc, "fi_ep_bind (address vector)");
-  rc = fi_ep_bind(m->ep, &m->cq->fid, FI_TRANSMIT | FI_RECV);
-  if (rc != 0) return fail(rc, "fi_ep_bind (completion queue)");
-  if (nic.noCudaApi) {  // bound, not enabled, as discovery probed it (ofiCudaApiOptional)
-    bool permitted = false;
-    rc = fi_setopt(&m->ep->fid, FI_OPT_ENDPOINT, kOfiOptCudaApiPermitted, &permitted, sizeof permitted);
-    if (rc != 0) return fail(rc, "fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)");
-  }
-  rc = fi_enable(m->ep);
-  if (rc == -FI_EBUSY && nic.provider == "shm") {
-    *err = ofiErrorOf(rc, "fi_enable", nic.provider + " " + nic.domain);
-    err->text += shmInUseNote();
-    destroy(m.get());
+  for (;;) {
+    const char* what = "fi_enable";
+    int rc = build(m.get(), o, nic.noCudaApi, &cq, &what);
+    if (rc == 0) rc = fi_enable(m->ep);
+    if (rc == 0) break;
+    bool shmInUse = rc == -FI_EBUSY && nic.provider == "shm" && std::strcmp(what, "fi_enable") == 0;
+    if (shmInUse && m->shmNamesRefused < kShmInUseRetries) {
+      destroy(m.get());
+      m->shmNamesRefused++;
+      continue;
+    }
+    fail(rc, what);
+    if (shmInUse) err->text += shmInUseNote();
     return nullptr;
   }
-  if (rc != 0) return fail(rc, "fi_enable");
   char name[256];
   size_t len = sizeof name;
-  rc = fi_getname(&m->ep->fid, name, &len);
+  int rc = fi_getname(&m->ep->fid, name, &len);
   if (rc != 0) return fail(rc, "fi_getname");
   m->name.assign(name, len);
   if (cq.wait_obj == FI_WAIT_FD) {
@@ -318,7 +337,29 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
   return std::unique_ptr<OfiEndpoint>(new OfiEndpoint(std::move(m)));
 }
 
+bool ofiCudaApiOptional(const OfiNic& nic, std::string* why) {
+  OfiError err;
+  std::shared_ptr<OfiDomain> d = OfiDomain::open(nic, &err);
+  if (!d) {
+    *why = err.text;
+    return false;
+  }
+  // A probe built as open builds an endpoint, never enabled: enabling would create shm's region.
+  OfiEndpoint::Impl m;
+  m.domain = d;
+  m.d = d->impl();
+  OfiEndpointOptions o;
+  o.cqSize = 16;
+  fi_cq_attr cq{};
+  const char* what = "";
+  int rc = build(&m, o, true, &cq, &what);
+  destroy(&m);
+  if (rc != 0) *why = std::string(what) + ": " + ofiStrerror(rc);
+  return rc == 0;
+}
+
 const std::shared_ptr<OfiDomain>& OfiEndpoint::domain() const { return impl_->domain; }
+int OfiEndpoint::shmNamesRefused() const { return impl_->shmNamesRefused; }
 const std::string& OfiEndpoint::name() const { return impl_->name; }
 const OfiError& OfiEndpoint::lastError() const { return impl_->last; }
 size_t OfiEndpoint::inFlight() const { return impl_->inFlight; }
@@ -490,6 +531,11 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
   return nullptr;
 }
 const std::shared_ptr<OfiDomain>& OfiEndpoint::domain() const { return impl_->domain; }
+int OfiEndpoint::shmNamesRefused() const { return 0; }
+bool ofiCudaApiOptional(const OfiNic&, std::string* why) {
+  ofiLoad(why);
+  return false;
+}
 const std::string& OfiEndpoint::name() const { return impl_->name; }
 const OfiError& OfiEndpoint::lastError() const { return impl_->last; }
 size_t OfiEndpoint::inFlight() const { return 0; }

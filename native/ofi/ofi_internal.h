@@ -108,6 +108,7 @@ struct OfiEndpoint::Impl {
   std::string name;
   OfiError last;
   bool closed = false;
+  int shmNamesRefused = 0;  // region names shm refused as left by a killed process with this pid
   std::deque<OfiCompletion> backlog;  // read while progressing for a post; poll returns these first
   // Operations in flight, oldest first, and the free ones.
   OfiPending* head = nullptr;
