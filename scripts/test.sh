@@ -5,4 +5,15 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 npm run --silent build
 node dist/codegen/main.js --check
-npx vitest run "$@"
+# Native crash reports of test programs (test/support/spawn.ts) go here; a failed run ends by
+# printing them, so that the last lines of its output (all that CI may show) name the fault.
+crashes=build/test/crash-reports.log
+rm -f "$crashes"
+rc=0
+npx vitest run "$@" || rc=$?
+if [ "$rc" -ne 0 ] && [ -s "$crashes" ]; then
+  echo
+  echo "native crash reports of this run ($crashes):"
+  cat "$crashes"
+fi
+exit "$rc"

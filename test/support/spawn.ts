@@ -3,6 +3,35 @@
 // synchronous spawn that lasts a minute on a loaded 2-core CI machine fails the whole run.
 // Every test that runs a program for more than a moment goes through here.
 import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+
+/**
+ * Native crash reports of this test run: the C driver's roles print `CRASH: pid ...` and the
+ * native stack when they fault (test/driver/driver.c). scripts/test.sh prints this file at the
+ * very end of a failed run, where CI's excerpt of the output still shows it.
+ */
+export const CRASH_LOG = path.resolve(__dirname, '../../build/test/crash-reports.log');
+
+const FAULTS = new Set(['SIGSEGV', 'SIGBUS', 'SIGILL', 'SIGFPE', 'SIGABRT']);
+
+/** Appends what a run that faulted said about it to CRASH_LOG (never throws). */
+export function recordCrash(cmd: string, args: string[], r: Ran, file = CRASH_LOG): void {
+  const lines = `${r.stdout}\n${r.stderr}`.split('\n');
+  const at: number[] = [];
+  lines.forEach((l, i) => {
+    if (/CRASH: pid \d+|died of signal (7|4|8|11|6)\b/.test(l)) at.push(i);
+  });
+  if (!at.length && !(r.signal && FAULTS.has(r.signal))) return;
+  const blocks = at.map((i) => lines.slice(i, /CRASH: pid/.test(lines[i]) ? i + 40 : i + 1).join('\n'));
+  const head = `--- ${path.basename(cmd)} ${args.join(' ')}: status ${r.status}, signal ${r.signal ?? 'none'}`;
+  try {
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.appendFileSync(file, `${head}\n${blocks.join('\n') || '(the process printed no crash report)'}\n`);
+  } catch {
+    // a report that cannot be written must not fail the test that found the crash
+  }
+}
 
 export interface Ran {
   status: number | null;
@@ -37,7 +66,9 @@ export function runAsync(cmd: string, args: string[], opts: RunOptions = {}): Pr
     child.on('close', (status, signal) => {
       if (timer) clearTimeout(timer);
       if (spawnError) stderr += `${stderr ? '\n' : ''}spawn ${cmd}: ${spawnError.message}`;
-      resolve({ status: spawnError ? -1 : status, signal, stdout, stderr, seconds: (Date.now() - t0) / 1000 });
+      const r = { status: spawnError ? -1 : status, signal, stdout, stderr, seconds: (Date.now() - t0) / 1000 };
+      recordCrash(cmd, args, r);
+      resolve(r);
     });
   });
 }
