@@ -510,7 +510,13 @@ bool drainAdmin(IoThread* t) {
     fifo = a->next;
     Lane* l = a->lane;
     if (a->kind == Admin::kRetire) retireNow(t, l);
-    else if (a->kind == Admin::kStall) {
+    else if (a->kind == Admin::kKick) {
+      // A graceful close: the lane may have finished closing already (its peer's end was
+      // seen in the pass that followed ioClose); it waits in the graveyard for this admin.
+      std::lock_guard<std::mutex> g(l->mu);
+      l->kicks--;
+      if (!l->closed) listLane(t, l);
+    } else if (a->kind == Admin::kStall) {
       InCall in(t, ~0u, IoCall::kTest);
       usleep(a->ms * 1000);
     } else if (a->kind == Admin::kAddOfi) {
@@ -520,7 +526,7 @@ bool drainAdmin(IoThread* t) {
         l->ofiNoWait = true;
         t->ofiNoWait++;
       }
-    } else if (!l->closed) listLane(t, l);
+    }
     delete a;
   }
   return true;
@@ -634,8 +640,18 @@ void threadMain(IoThread* t) {
       i++;
     }
     bool backlog = publish(t);
-    for (Lane* l : t->graveyard) freeLane(t, l);
-    t->graveyard.clear();
+    // A lane with a kKick admin still to come stays until that admin was taken (drainAdmin).
+    size_t kept = 0;
+    for (Lane* l : t->graveyard) {
+      bool kicked;
+      {
+        std::lock_guard<std::mutex> g(l->mu);
+        kicked = l->kicks > 0;
+      }
+      if (kicked) t->graveyard[kept++] = l;
+      else freeLane(t, l);
+    }
+    t->graveyard.resize(kept);
     if (work) lastWork = now;
     int timeout = 0;
     bool shortWait = false;
@@ -825,6 +841,7 @@ void cancelLane(Lane* l, bool graceful, bool* partial, bool* hard) {
     l->head[kW] = l->tail[kW] = nullptr;
   } else {
     l->closing = true;
+    l->kicks++;  // the caller posts kKick: from now on the I/O thread may finish the close itself
   }
 }
 

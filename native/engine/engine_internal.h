@@ -58,6 +58,7 @@ struct Lane {
   bool closed = false;   // the fd is gone
   bool quiet = false;    // the protocol closed the lane: no more completions
   bool closing = false;  // graceful close: finish inline writes, shut down writing, drain
+  int kicks = 0;         // kKick admins posted for it and not yet taken (lock held): it is not freed before
   int err = 0;           // the lane failed: every op completes with this status
   bool eof = false;      // the peer ended the stream
   Op* head[2] = {nullptr, nullptr};  // per direction (kW, kR): FIFO

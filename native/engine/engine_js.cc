@@ -183,10 +183,13 @@ Napi::Value IoClose(const Napi::CallbackInfo& info) {
   Lane* l = ownLane(info, "ioClose");
   if (!l) return env.Undefined();
   bool graceful = info.Length() > 1 && info[1].ToBoolean().Value();
-  if (!syncSubs(l->port, l->t)) log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions within 10 s", l->t->index, l->id);
+  IoThread* t = l->t;
+  if (!syncSubs(l->port, t)) log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions within 10 s", t->index, l->id);
   bool partial = false, hard = true;
   cancelLane(l, graceful, &partial, &hard);
-  postAdmin(l->t, new Admin{nullptr, hard ? Admin::kRetire : Admin::kKick, l});
+  // Not graceful: the lane lives until this kRetire. Graceful: the I/O thread may end the close
+  // (and retire the lane) before it takes this kKick, but keeps the lane until it has (kicks).
+  postAdmin(t, new Admin{nullptr, hard ? Admin::kRetire : Admin::kKick, l});
   Napi::Object out = Napi::Object::New(env);
   out.Set("partial", partial);
   out.Set("hard", hard);

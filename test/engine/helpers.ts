@@ -8,10 +8,11 @@ import type { LaneBinding } from '../../plugin/engine/native-link';
 import { Port } from '../../plugin/engine/port';
 import { KiB, MiB } from '../support/data';
 
-export { KiB, MiB, type LogLine, allBytes, captureLog, fill, firstDiff, prng } from '../support/data';
+export { KiB, MiB, allBytes, fill, firstDiff, prng } from '../support/data';
 
 export const ROOT = path.resolve(__dirname, '../..');
-export const ADDON = path.join(ROOT, 'build/tsnet_engine.node');
+// TSNET_TEST_ENGINE: another build of it (close-race.test.ts runs build/asan's in a child).
+export const ADDON = process.env.TSNET_TEST_ENGINE ? path.resolve(process.env.TSNET_TEST_ENGINE) : path.join(ROOT, 'build/tsnet_engine.node');
 
 /** build/tsnet_engine.node: the engine's functions plus the test-only helpers of standalone.cc. */
 export interface EngineAddon extends LaneBinding {

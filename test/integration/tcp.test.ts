@@ -19,7 +19,8 @@ import { Op } from '../../plugin/native';
 import { Plugin, type PluginHost } from '../../plugin/plugin';
 import { TcpTransport } from '../../plugin/transports/tcp';
 import { HELLO_BYTES, Role, decodeHandle, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
-import { type EngineAddon, KiB, MiB, captureLog, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
+import { type EngineAddon, KiB, MiB, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
+import { captureLog } from '../support/log-capture';
 
 const log = captureLog();
 const MAX_BUFS = 8;

@@ -1,27 +1,9 @@
-// Shared by the TypeScript suites: the plugin's log captured per test, deterministic byte
-// patterns and their comparison, a small seeded generator.
-import { afterEach, beforeEach } from 'vitest';
-import { setLogSink } from '../../plugin/log';
+// Shared by the TypeScript suites: deterministic byte patterns and their comparison, a small
+// seeded generator. No vitest here: programs the suites run in child processes use it too
+// (test/engine/close-race-main.ts); the log capture is in log-capture.ts.
 
 export const KiB = 1024;
 export const MiB = 1024 * KiB;
-
-export interface LogLine {
-  level: number;
-  flags: number;
-  msg: string;
-}
-
-/** Captures every log line of the plugin for the tests of the calling file (no stderr noise). */
-export function captureLog(): LogLine[] {
-  const lines: LogLine[] = [];
-  beforeEach(() => {
-    lines.length = 0;
-    setLogSink((level, flags, msg) => lines.push({ level, flags, msg }), true);
-  });
-  afterEach(() => setLogSink(() => {}));
-  return lines;
-}
 
 /** A deterministic byte pattern, different for each seed. */
 export function fill(view: Uint8Array, seed: number): Uint8Array {

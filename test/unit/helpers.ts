@@ -10,7 +10,8 @@ import { memoryLinkPair } from '../../plugin/transports/memory-link';
 
 import { KiB, allBytes, fill, prng, shuffle } from '../support/data';
 
-export { KiB, MiB, type LogLine, allBytes, captureLog, fill, firstDiff, prng } from '../support/data';
+export { KiB, MiB, allBytes, fill, firstDiff, prng } from '../support/data';
+export { type LogLine, captureLog } from '../support/log-capture';
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
