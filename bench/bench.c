@@ -2,7 +2,7 @@
 //
 //   tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]
 //               [--streams N] [--inflight K] [--version V] [--lib PATH] [--dev D]
-//               [--timeout S] [--spin] [--verbose] [--mem host|cuda]
+//               [--timeout S] [--spin] [--verbose] [--mem host|cuda] [--curve N]
 //
 // Every mode runs two processes, A and B, forked by a coordinator that never loads the plugin
 // (a process whose plugin has started its Node thread cannot fork a child that uses it). A and
@@ -25,6 +25,12 @@
 // --mem cuda (tsnet-bw only): both sides' buffers are CUDA memory on GPU 0, registered as
 // NCCL_PTR_CUDA (the plugin must offer it: libfabric with FI_HMEM), and B calls iflush after
 // every receive and waits for it, as NCCL's proxy does with GPUDirect; the data are not read.
+//
+// --curve N (tsnet-lat only): no warm-up; exactly N round trips from the comms' first message,
+// and the line adds curve_us, the median one-way latency of round trips 1, 2-10, 11-100,
+// 101-300, 301-1000, 1001-2000, 2001-5000, then by 5000 up to N: how long the plugin takes to
+// reach its steady latency (V8 compiling the hot path, first-touch costs). The other figures
+// then cover all N.
 //
 // Warm-up (--warmup seconds, and a few messages) is not counted. Every wait has a deadline
 // (--timeout); on failure the process prints why on stderr and the bench exits non-zero.
@@ -76,6 +82,7 @@ typedef struct Opts {
   int idle_us;      // when a poll finds nothing: sleep this long (0: sched_yield)
   int verbose;      // plugin INFO lines on stderr
   int cuda;         // --mem cuda: tsnet-bw buffers in GPU memory, registered as NCCL_PTR_CUDA
+  long curve;       // --curve N: tsnet-lat measures round trips 1..N, no warm-up, and reports their curve
 } Opts;
 
 static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .pairs = 1, .version = 12,
@@ -223,8 +230,29 @@ static void setup_json(char* out, size_t len) {
     out[0] = 0;
 }
 
+// The medians of the curve's buckets (--curve), from us in the order measured, as a JSON member.
+static void curve_json(char* out, size_t cap, const double* us, size_t n) {
+  static const size_t ends[] = {1, 10, 100, 300, 1000, 2000, 5000};
+  size_t used = (size_t)snprintf(out, cap, ",\"curve_us\":[");
+  double* part = malloc(n * sizeof *part);
+  if (!part) die("out of memory");
+  for (size_t from = 0, k = 0; from < n && used < cap; k++) {
+    size_t to = k < sizeof ends / sizeof ends[0] ? ends[k] : ends[sizeof ends / sizeof ends[0] - 1] + 5000 * (k + 1 - sizeof ends / sizeof ends[0]);
+    if (to > n) to = n;
+    memcpy(part, us + from, (to - from) * sizeof *part);
+    qsort(part, to - from, sizeof *part, cmp_double);
+    used += (size_t)snprintf(out + used, cap - used, "%s{\"from\":%zu,\"to\":%zu,\"median\":%.3f}", from ? "," : "", from + 1, to,
+                             quantile(part, to - from, 0.5));
+    from = to;
+  }
+  if (used < cap) snprintf(out + used, cap - used, "]");
+  free(part);
+}
+
 static void report_lat(double* us, size_t n, double seconds, int streams) {
   if (n == 0) die("no latency sample was measured");
+  char curve[2048] = "";
+  if (g_o.curve) curve_json(curve, sizeof curve, us, n);
   qsort(us, n, sizeof *us, cmp_double);
   double sum = 0;
   for (size_t i = 0; i < n; i++) sum += us[i];
@@ -232,9 +260,9 @@ static void report_lat(double* us, size_t n, double seconds, int streams) {
   streams_json(sj, sizeof sj, streams);
   setup_json(setup, sizeof setup);
   printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"iterations\":%zu,\"seconds\":%.6f,"
-         "\"lat_us\":{\"median\":%.3f,\"p99\":%.3f,\"min\":%.3f,\"max\":%.3f,\"mean\":%.3f}%s}\n",
+         "\"lat_us\":{\"median\":%.3f,\"p99\":%.3f,\"min\":%.3f,\"max\":%.3f,\"mean\":%.3f}%s%s}\n",
          k_mode_names[g_o.mode], g_o.size, sj, g_o.version, n, seconds, quantile(us, n, 0.5),
-         quantile(us, n, 0.99), us[0], us[n - 1], sum / (double)n, setup);
+         quantile(us, n, 0.99), us[0], us[n - 1], sum / (double)n, curve, setup);
   fflush(stdout);
 }
 
@@ -465,9 +493,9 @@ static void tsnet_lat_a(Chan ch) {
   void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
   while (!last) {
     double t0 = now_s();
-    if (!measuring && t0 - start >= g_o.warmup && warm >= 3) measuring = 1, mstart = t0;
+    if (!measuring && (g_o.curve || (t0 - start >= g_o.warmup && warm >= 3))) measuring = 1, mstart = t0;
     if (!measuring) warm++;
-    last = measuring && t0 - mstart >= g_o.duration;
+    last = g_o.curve ? (long)n + 1 >= g_o.curve : measuring && t0 - mstart >= g_o.duration;
     sbuf[0] = (uint8_t)last;
     void* sreq = pl_post(&t, 1, sbuf, mrs[0]);
     double t1 = 0, end = t0 + g_o.timeout;
@@ -884,7 +912,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]\n"
           "                   [--streams N] [--inflight K] [--pairs P] [--version 6..12] [--lib PATH] [--dev D]\n"
-          "                   [--timeout S] [--spin | --idle-us US] [--verbose] [--mem host|cuda]\n");
+          "                   [--timeout S] [--spin | --idle-us US] [--verbose] [--mem host|cuda] [--curve N]\n");
   exit(2);
 }
 
@@ -910,7 +938,7 @@ int main(int argc, char** argv) {
   for (int m = 0; m < 4; m++)
     if (!strcmp(argv[1], k_mode_names[m])) g_o.mode = (Mode)m, found = 1;
   if (!found) usage();
-  int have_size = 0;
+  int have_size = 0, have_curve = 0;
   for (int i = 2; i < argc; i++) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -928,6 +956,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--dev")) g_o.dev = atoi(v), i++;
     else if (!strcmp(a, "--timeout")) g_o.timeout = atof(v), i++;
     else if (!strcmp(a, "--idle-us")) g_o.idle_us = atoi(v), i++;
+    else if (!strcmp(a, "--curve")) g_o.curve = atol(v), have_curve = 1, i++;
     else if (!strcmp(a, "--mem") && (!strcmp(v, "host") || !strcmp(v, "cuda"))) g_o.cuda = !strcmp(v, "cuda"), i++;
     else usage();
   }
@@ -938,6 +967,7 @@ int main(int argc, char** argv) {
   if (g_o.duration <= 0 || g_o.warmup < 0 || g_o.timeout <= 0) die("bad --duration, --warmup or --timeout");
   if (g_o.mode == M_TCP_LAT) g_o.streams = 1;
   if (g_o.cuda && g_o.mode != M_TSNET_BW) die("--mem cuda is for tsnet-bw only");
+  if (have_curve && (g_o.mode != M_TSNET_LAT || g_o.curve < 1 || g_o.curve > 1000000)) die("--curve N is for tsnet-lat, N 1 .. 1000000");
   if ((g_o.size + MIN_STRIPE - 1) / MIN_STRIPE > MAX_PARTS) die("--size too large for the stripe table");
 
   // Two pipes: A -> B and B -> A.

@@ -211,3 +211,32 @@ describe('tsnet-bench --mem', () => {
     expect(r.stdout).toBe('');
   });
 });
+
+describe('tsnet-bench tsnet-lat --curve', () => {
+  const bin = path.join(root, BENCH_BIN);
+  beforeAll(() => {
+    buildBench(root);
+  });
+
+  it('measures exactly N round trips from the first and reports the medians of its buckets', async () => {
+    const r = await runAsync(bin, ['tsnet-lat', '--size', '8', '--curve', '150', '--timeout', '20'], {
+      cwd: root,
+      env: { ...process.env, TSNET_TRANSPORT: 'tcp' },
+      timeout: 60_000,
+    });
+    expect(r.status, r.stderr).toBe(0);
+    const line = JSON.parse(r.stdout.trim().split('\n').pop()!);
+    expect(line.iterations).toBe(150);
+    expect(line.curve_us.map((c: { from: number; to: number }) => [c.from, c.to])).toEqual([[1, 1], [2, 10], [11, 100], [101, 150]]);
+    for (const c of line.curve_us) expect(c.median).toBeGreaterThanOrEqual(line.lat_us.min);
+  });
+
+  it('is refused for the other modes and out of range', async () => {
+    for (const args of [['tsnet-bw', '--size', '8', '--curve', '10'], ['tsnet-lat', '--size', '8', '--curve', '0']]) {
+      const r = await runAsync(bin, args, { cwd: root, timeout: 30_000 });
+      expect(r.status).toBe(1);
+      expect(r.stderr).toMatch(/--curve N is for tsnet-lat, N 1 \.\. 1000000/);
+    }
+  });
+});
+
