@@ -46,16 +46,22 @@ export class Regions {
     return r;
   }
 
-  /** The region holding [addr, addr+len), or undefined. */
+  /**
+   * A region holding all of [addr, addr+len), or undefined. Regions may overlap (the same
+   * buffer registered whole and in part, or by two comms): of those that start at or below
+   * addr, the one with the highest base that holds the whole range.
+   */
   find(addr: number, len: number): Region | undefined {
     let lo = 0;
-    let hi = this.sorted.length - 1;
-    while (lo <= hi) {
+    let hi = this.sorted.length;
+    while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      const r = this.sorted[mid];
-      if (addr < r.base) hi = mid - 1;
-      else if (addr >= r.base + Math.max(r.size, 1)) lo = mid + 1;
-      else return addr + len <= r.base + r.size ? r : undefined;
+      if (this.sorted[mid].base <= addr) lo = mid + 1;
+      else hi = mid;
+    }
+    for (let i = lo - 1; i >= 0; i--) {
+      const r = this.sorted[i];
+      if (addr < r.base + Math.max(r.size, 1) && addr + len <= r.base + r.size) return r;
     }
     return undefined;
   }
