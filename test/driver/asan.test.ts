@@ -1,0 +1,77 @@
+// The C driver against the plugin built under AddressSanitizer (cmake target
+// nccl-net-tsnet-asan, into build/asan/; the driver's processes preload gcc's libasan): the
+// native core, the embedding, the engine and the libfabric layer, with uses of freed memory
+// and overflows reported at once instead of crashing sometimes. libnode is not instrumented.
+// Over TCP across two processes (the pair scenarios, teardown with 4 protocol threads) and
+// over libfabric's shm; on loopback in one process (it found Regions.find's overlap bug).
+import { execFileSync } from 'child_process';
+import * as fs from 'fs';
+import * as path from 'path';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { runAsync } from '../support/spawn';
+import { ROOT, buildDriver, requireLib } from './build-driver';
+
+function libasan(): string | undefined {
+  try {
+    const p = execFileSync('gcc', ['-print-file-name=libasan.so'], { encoding: 'utf8' }).trim();
+    return path.isAbsolute(p) && fs.existsSync(p) ? p : undefined; // the bare name: gcc has none
+  } catch {
+    return undefined;
+  }
+}
+
+const ASAN = libasan();
+const LIB = path.join(ROOT, 'build/asan/libnccl-net-tsnet.so');
+const HAVE_LIBFABRIC = ['/usr/lib/x86_64-linux-gnu/libfabric.so.1', '/usr/lib64/libfabric.so.1', '/usr/lib/libfabric.so.1'].some((p) => fs.existsSync(p));
+if (!ASAN) console.log('skipping the driver under AddressSanitizer: gcc has no libasan.so');
+
+async function run(args: string[], env: Record<string, string>) {
+  const base = { ...process.env };
+  for (const k of ['TSNET_TRANSPORT', 'TSNET_LOOPBACK_DEVICES', 'TSNET_DEVICE_GROUPS', 'NCCL_SOCKET_IFNAME', 'FI_PROVIDER']) delete base[k];
+  const r = await runAsync(buildDriver(), [...args, '--lib', LIB], {
+    cwd: ROOT,
+    // The library finds its JavaScript beside it or in ../dist; build/asan has neither.
+    env: { ...base, LD_PRELOAD: ASAN!, ASAN_OPTIONS: 'detect_leaks=0', TSNET_JS_ENTRY: path.join(ROOT, 'dist/plugin/index.js'), ...env },
+    timeout: 300_000,
+  });
+  console.log(`driver ${args.join(' ')} under AddressSanitizer (${env.TSNET_TRANSPORT}${env.FI_PROVIDER ? ` ${env.FI_PROVIDER}` : ''}): ${r.seconds.toFixed(1)} s`);
+  return r;
+}
+
+function expectClean(r: Awaited<ReturnType<typeof run>>): void {
+  const asan = r.stderr.indexOf('AddressSanitizer');
+  expect(asan, asan >= 0 ? r.stderr.slice(Math.max(0, asan - 200), asan + 5000) : '').toBe(-1);
+  expect(r.stdout.split('\n').filter((l) => l.startsWith('not ok')), r.stderr.slice(-3000)).toEqual([]);
+  expect(r.stdout).toMatch(/^\d+ passed, 0 failed$/m);
+  expect(r.status).toBe(0);
+}
+
+describe.skipIf(!ASAN)('C driver, plugin under AddressSanitizer', () => {
+  beforeAll(() => {
+    requireLib();
+    execFileSync('cmake', ['--build', 'build', '--target', 'nccl-net-tsnet-asan'], { cwd: ROOT, stdio: 'pipe' });
+  }, 600_000);
+
+  it('TCP, --procs 2, v12: the pair scenarios, killpeer and stranger', async () => {
+    expectClean(await run(['transfer,inflight,grouped,pushback,teardown,marker,badinput,killpeer,stranger', '--procs', '2'], { TSNET_TRANSPORT: 'tcp' }));
+  }, 400_000);
+
+  it('TCP, --procs 2, v9, teardown with 4 protocol threads', async () => {
+    expectClean(await run(['teardown', '--procs', '2', '--version', '9'], { TSNET_TRANSPORT: 'tcp', TSNET_PROTOCOL_THREADS: '4' }));
+  }, 400_000);
+
+  it('loopback, --procs 1, v12: every scenario', async () => {
+    expectClean(await run(['all', '--procs', '1'], { TSNET_TRANSPORT: 'loopback', TSNET_LOOPBACK_DEVICES: '2' }));
+  }, 400_000);
+
+  it.skipIf(!HAVE_LIBFABRIC)('libfabric shm, --procs 2, v12, 2 rails: transfer, in flight, grouped, the oversize send, killpeer', async () => {
+    expectClean(
+      await run(['transfer,inflight,grouped,badinput,killpeer', '--procs', '2'], {
+        TSNET_TRANSPORT: 'ofi',
+        FI_PROVIDER: 'shm',
+        OFI_NCCL_FORCE_NUM_RAILS: '2',
+        TSNET_TIMEOUT_SEC: '3',
+      }),
+    );
+  }, 400_000);
+});
