@@ -8,17 +8,9 @@ import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { beforeAll, describe, expect, it } from 'vitest';
+import { libasan } from '../support/asan';
 import { runAsync } from '../support/spawn';
 import { ROOT, buildDriver, requireLib } from './build-driver';
-
-function libasan(): string | undefined {
-  try {
-    const p = execFileSync('gcc', ['-print-file-name=libasan.so'], { encoding: 'utf8' }).trim();
-    return path.isAbsolute(p) && fs.existsSync(p) ? p : undefined; // the bare name: gcc has none
-  } catch {
-    return undefined;
-  }
-}
 
 const ASAN = libasan();
 const LIB = path.join(ROOT, 'build/asan/libnccl-net-tsnet.so');

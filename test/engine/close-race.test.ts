@@ -10,6 +10,7 @@ import { execFileSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { describe, expect, it } from 'vitest';
+import { libasan } from '../support/asan';
 import { runAsync } from '../support/spawn';
 import { closeRace } from './close-race';
 import { ROOT, engine, missing, portOf } from './helpers';
@@ -24,16 +25,6 @@ describe.skipIf(!!missing)('engine: lanes closed from both ends at random moment
     expect(r.hard).toBeGreaterThan(1000);
   }, 120_000);
 });
-
-// libasan of the compiler that builds the engine; gcc answers the bare name when it has none.
-function libasan(): string | undefined {
-  try {
-    const p = execFileSync('gcc', ['-print-file-name=libasan.so'], { encoding: 'utf8' }).trim();
-    return path.isAbsolute(p) && fs.existsSync(p) ? p : undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 const ASAN = libasan();
 const ASAN_ADDON = path.join(ROOT, 'build/asan/tsnet_engine.node');
