@@ -61,6 +61,13 @@ uint64_t nowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+void rxRelease(RxMem* m) {
+  if (m->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    free(m->mem);
+    delete m;
+  }
+}
+
 // --- operations ---
 
 Op* allocOp(IoThread* t) {
@@ -571,6 +578,7 @@ void freeLane(IoThread* t, Lane* l) {
   uint32_t id = l->id;
   __atomic_store_n(&E->chunks[id / kLaneChunk].load()[id % kLaneChunk], nullptr, __ATOMIC_RELEASE);
   ofiDelete(l);
+  if (l->rxMem) rxRelease(l->rxMem);
   delete l;
   std::lock_guard<std::mutex> g(E->laneMu);
   E->freeIds.push_back(id);

@@ -47,6 +47,14 @@ struct Op {
 
 struct IoThread;
 
+// A control lane's receive ring: the lane and its JavaScript ArrayBuffer each hold one
+// reference, and the memory goes with the last (rxRelease). Neither outlives the other's use.
+struct RxMem {
+  std::atomic<int> refs{2};
+  void* mem = nullptr;
+};
+void rxRelease(RxMem* m);
+
 struct Lane {
   uint32_t id = 0;
   int fd = -1;
@@ -71,8 +79,9 @@ struct Lane {
   int ofiErrors = 0;         // failed completions so far (the first ones are logged)
   bool ofiNoWait = false;    // no wait fd: its thread must poll it (I/O thread only)
   std::string ofiLastError;  // the provider's words for the last one
-  uint8_t* rx = nullptr;  // control lanes: the receive ring, owned by its JavaScript ArrayBuffer
+  uint8_t* rx = nullptr;  // control lanes: the receive ring (rxMem), shared with its JavaScript ArrayBuffer
   tsn_rx_hdr_t* rxHdr = nullptr;
+  struct RxMem* rxMem = nullptr;
   uint32_t rxCap = 0;
   bool rxStalled = false;  // the ring was full: no read until RX_RESUME (I/O thread only)
   // I/O thread only:

@@ -148,9 +148,12 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
     l->rxHdr->capacity = rxBytes;
     l->rx = static_cast<uint8_t*>(mem) + sizeof(tsn_rx_hdr_t);
     l->rxCap = rxBytes;
-    // JavaScript owns the ring: the I/O thread stops touching it when the lane closes, and the
-    // memory goes when the last view of it does.
-    out.Set("rx", Napi::ArrayBuffer::New(env, mem, sizeof(tsn_rx_hdr_t) + rxBytes, [](Napi::Env, void* m) { free(m); }));
+    // The lane and the ArrayBuffer share the ring: it goes when the lane has been freed and the
+    // last view of it collected, whichever comes last (a view dropped early frees nothing).
+    RxMem* rm = new RxMem();
+    rm->mem = mem;
+    l->rxMem = rm;
+    out.Set("rx", Napi::ArrayBuffer::New(env, mem, sizeof(tsn_rx_hdr_t) + rxBytes, [](Napi::Env, void*, RxMem* m) { rxRelease(m); }, rm));
   }
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;

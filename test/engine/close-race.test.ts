@@ -34,7 +34,7 @@ describe.skipIf(!!missing || !ASAN)('engine under AddressSanitizer: lanes closed
   it('3 seeds x 1500 rounds: no use of freed memory, and the same checks', async () => {
     execFileSync('cmake', ['--build', 'build', '--target', 'tsnet_engine_asan'], { cwd: ROOT, stdio: 'pipe' });
     expect(fs.existsSync(ASAN_ADDON)).toBe(true);
-    // --expose-gc: close-race.ts collects now and then, so receive rings are freed right after their close.
+    // --expose-gc: close-race.ts collects now and then, so that dropped receive rings are collected.
     const env = { ...process.env, LD_PRELOAD: ASAN!, ASAN_OPTIONS: 'detect_leaks=0', TSNET_TEST_ENGINE: ASAN_ADDON, NODE_OPTIONS: '--expose-gc' };
     for (const seed of [7, 8, 9]) {
       const r = await runAsync(path.join(ROOT, 'node_modules/.bin/vite-node'), ['test/engine/close-race-main.ts', '1500', String(seed)], {

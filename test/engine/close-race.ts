@@ -28,9 +28,9 @@ export async function closeRace(a: EngineAddon, port: Port, ioThreads: number, c
   const base = a.lanes();
   const out: RaceResult = { cycles, lanes: 0, graceful: 0, hard: 0 };
   for (let c = 0; c < cycles; c++) {
-    // rx: the receive ring, held until the lane is closed (the engine writes into it until then;
-    // the memory goes when the last view of it does, as NativeLink holds it).
-    const ends: { lane: number; thread: number; link: number; rx: ArrayBuffer | undefined }[] = [];
+    // ring: the control lane's receive ring. NativeLink holds it until the lane is closed; here
+    // half of them are dropped at once, which must not free what the lane still writes into.
+    const ends: { lane: number; thread: number; link: number; ctl: boolean; ring: ArrayBuffer | undefined }[] = [];
     const pairs = 1 + Math.floor(rnd() * 3);
     for (let p = 0; p < pairs; p++) {
       const fds = a.socketPair();
@@ -39,10 +39,17 @@ export async function closeRace(a: EngineAddon, port: Port, ioThreads: number, c
         const thread = Math.floor(rnd() * (ioThreads + 1)) - 1; // -1: the engine picks
         const r = a.ioAdopt(fd, thread, link, p === 0 ? 4096 : 0);
         fs.closeSync(fd);
-        ends.push({ lane: r.lane, thread: r.thread, link, rx: r.rx });
+        ends.push({ lane: r.lane, thread: r.thread, link, ctl: p === 0, ring: rnd() < 0.5 ? r.rx : undefined });
       }
     }
     out.lanes += ends.length;
+    // Where the process runs with --expose-gc: now and then a collection (and a turn, when
+    // finalizers run) while these lanes are open, so that the rings dropped go before the
+    // traffic the lanes write into them.
+    if (c % 5 === 0 && (globalThis as { gc?: () => void }).gc) {
+      (globalThis as { gc?: () => void }).gc!();
+      await turn();
+    }
     const ops = Math.floor(rnd() * 20);
     for (let k = 0; k < ops; k++) {
       const e = ends[Math.floor(rnd() * ends.length)];
@@ -51,7 +58,7 @@ export async function closeRace(a: EngineAddon, port: Port, ioThreads: number, c
       const kind = rnd();
       if (kind < 0.4) port.submit(e.thread, e.lane, e.link, k, SubKind.WRITE, 0, m.addr, len);
       else if (kind < 0.7) port.submit(e.thread, e.lane, e.link, k, SubKind.WRITE, SUB_F_NOCQE, 0, 0, FrameType.HEARTBEAT, 0, k, k, 0);
-      else if (e.rx === undefined) port.submit(e.thread, e.lane, e.link, k, SubKind.READ, 0, m.addr, len);
+      else if (!e.ctl) port.submit(e.thread, e.lane, e.link, k, SubKind.READ, 0, m.addr, len);
     }
     port.flush();
     for (const i of ends.map((_, i) => i).sort(() => rnd() - 0.5)) {
@@ -61,15 +68,12 @@ export async function closeRace(a: EngineAddon, port: Port, ioThreads: number, c
       port.flush();
       const graceful = rnd() < 0.6;
       a.ioClose(e.lane, graceful);
-      e.rx = undefined;
+      e.ring = undefined;
       out[graceful ? 'graceful' : 'hard']++;
       port.removeLink(e.link);
     }
     if (rnd() < 0.3) await turn();
     port.poll();
-    // Where the process runs with --expose-gc: a collection now and then, so that rings of
-    // lanes just closed may be freed while their I/O threads still finish those closes.
-    if (c % 25 === 0) (globalThis as { gc?: () => void }).gc?.();
   }
   // The I/O threads still carry bytes.
   const fds = a.socketPair();
