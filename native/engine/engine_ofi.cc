@@ -213,6 +213,9 @@ void ofiClose(Lane* l) {
     op->next = l->dead;
     l->dead = op;
   }
+  if (l->ofi->leftOpen())
+    log(kLogInfo, "ofi: lane %u: its peer reset the connection; the endpoint is left open rather than closed (%s can crash "
+        "in fi_close then: docs/ofi-facts.md)", l->id, l->ofi->domain()->nic().provider.c_str());
   for (Op* op = l->ofiHead; op;) {
     Op* next = op->next;
     op->next = l->dead;

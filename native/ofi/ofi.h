@@ -298,7 +298,14 @@ class OfiEndpoint {
   // completed (in post order); the caller fails them. Never blocks on the peer. After it
   // returns no buffer of these operations is used by this process's libfabric (for shm, see
   // docs/ofi-facts.md on reads a live peer may still serve).
+  //
+  // Exception: tcp;ofi_rxm can crash inside fi_close of an endpoint whose peer reset the
+  // connection (docs/ofi-facts.md). Such an endpoint with no RMA read in flight (nothing that
+  // writes into local memory) is left open instead, its receives cancelled and its queue
+  // drained: a leak per dead peer rather than a fault in the host process (leftOpen()).
   std::vector<uint64_t> close();
+  // close() left the endpoint open (above).
+  bool leftOpen() const;
 
   struct Impl;  // native/ofi/ofi_internal.h
   Impl* impl() const { return impl_.get(); }

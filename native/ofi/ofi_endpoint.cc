@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "ofi/ofi_internal.h"
@@ -112,6 +114,9 @@ void complete(OfiEndpoint::Impl* m, void* context, uint64_t flags, size_t len, u
   give(m, p);
 }
 
+// A completion's status that says the peer reset or ended the connection.
+bool isReset(int status) { return status == -ECONNRESET || status == -ECONNABORTED || status == -EPIPE || status == -ENOTCONN; }
+
 // One fi_cq_read (or fi_cq_readerr): up to max completions into out. Returns how many, or a
 // negative error of the queue itself (m->last says it).
 int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
@@ -149,6 +154,8 @@ int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
   c.error.clear();
   complete(m, err.op_context, err.flags, err.len, err.data, &c);
   c.status = err.err > 0 ? -err.err : (err.err < 0 ? err.err : -FI_EOTHER);
+  // The status, or the provider's own errno (tcp: a cancelled receive says ENOTCONN there).
+  if (isReset(c.status) || isReset(-std::abs(err.prov_errno))) m->peerReset = true;
   c.provErrno = err.prov_errno;
   c.error = std::string(opName(c.op)) + " failed: " + ofiStrerror(c.status) + " (" + m->d->nic.provider + ": " +
             (prov && *prov ? prov : "no details") + ")";
@@ -226,6 +233,7 @@ void drainCq(OfiEndpoint::Impl* m) {
     err.err_data = data;
     err.err_data_size = sizeof data;
     if (fi_cq_readerr(m->cq, &err, 0) < 0) break;
+    if (isReset(-std::abs(err.err)) || isReset(-std::abs(err.prov_errno))) m->peerReset = true;
   }
 }
 
@@ -362,6 +370,7 @@ const std::shared_ptr<OfiDomain>& OfiEndpoint::domain() const { return impl_->do
 int OfiEndpoint::shmNamesRefused() const { return impl_->shmNamesRefused; }
 const std::string& OfiEndpoint::name() const { return impl_->name; }
 const OfiError& OfiEndpoint::lastError() const { return impl_->last; }
+bool OfiEndpoint::leftOpen() const { return impl_->leftOpen; }
 size_t OfiEndpoint::inFlight() const { return impl_->inFlight; }
 int OfiEndpoint::waitFd() const { return impl_->closed ? -1 : impl_->waitFd; }
 
@@ -498,13 +507,26 @@ std::vector<uint64_t> OfiEndpoint::close() {
   // before the endpoint goes: tcp;ofi_rxm 1.17 sometimes crashes in fi_close when an endpoint
   // whose peer reset the connection is closed with that still unread (docs/ofi-facts.md).
   drainCq(m);
-  int rc = fi_close(&m->ep->fid);
-  if (rc != 0) m->last = ofiErrorOf(rc, "fi_close of the endpoint", m->d->nic.provider);
-  m->ep = nullptr;
-  // Whatever the endpoint queued while it closed is read and dropped here; the queue then goes
-  // with it, so nothing of this endpoint can reach anything opened later.
-  drainCq(m);
-  destroy(m);
+  bool reads = false;
+  for (OfiPending* p = m->head; p; p = p->next) reads = reads || p->op == OfiOp::kRead;
+  if (m->peerReset && !reads && m->d->nic.provider.rfind("tcp", 0) == 0) {
+    // tcp;ofi_rxm: fi_close of an endpoint whose peer reset the connection can crash inside
+    // the provider, drained or not (docs/ofi-facts.md). Its receives are cancelled and their
+    // completions read; sends and writes only read local memory. Left open, it and its queue
+    // are never read again.
+    m->leftOpen = true;
+    m->ep = nullptr;
+    m->cq = nullptr;
+    m->av = nullptr;
+  } else {
+    int rc = fi_close(&m->ep->fid);
+    if (rc != 0) m->last = ofiErrorOf(rc, "fi_close of the endpoint", m->d->nic.provider);
+    m->ep = nullptr;
+    // Whatever the endpoint queued while it closed is read and dropped here; the queue then goes
+    // with it, so nothing of this endpoint can reach anything opened later.
+    drainCq(m);
+    destroy(m);
+  }
   m->backlog.clear();
   m->head = m->tail = m->free = nullptr;
   m->inFlight = 0;
@@ -538,6 +560,7 @@ bool ofiCudaApiOptional(const OfiNic&, std::string* why) {
 }
 const std::string& OfiEndpoint::name() const { return impl_->name; }
 const OfiError& OfiEndpoint::lastError() const { return impl_->last; }
+bool OfiEndpoint::leftOpen() const { return false; }
 size_t OfiEndpoint::inFlight() const { return 0; }
 int OfiEndpoint::waitFd() const { return -1; }
 bool OfiEndpoint::insertPeer(const void*, size_t, uint64_t*, OfiError*) { return false; }

@@ -108,6 +108,8 @@ struct OfiEndpoint::Impl {
   std::string name;
   OfiError last;
   bool closed = false;
+  bool peerReset = false;  // a completion failed because the peer reset or ended the connection
+  bool leftOpen = false;   // close() left the endpoint open (OfiEndpoint::close)
   int shmNamesRefused = 0;  // region names shm refused as left by a killed process with this pid
   std::deque<OfiCompletion> backlog;  // read while progressing for a post; poll returns these first
   // Operations in flight, oldest first, and the free ones.

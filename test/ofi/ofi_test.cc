@@ -1264,7 +1264,8 @@ int scenarioDeath() {
   auto unfinished = s.ep->close();
   double dc = now() - tc;
   alarm(0);
-  fact("close after the peer died: %.1f ms, %zu operations unfinished", dc * 1e3, unfinished.size());
+  fact("close after the peer died: %.1f ms, %zu operations unfinished, the endpoint %s", dc * 1e3, unfinished.size(),
+       s.ep->leftOpen() ? "left open (the peer reset the connection)" : "closed");
   if (dc > 5) fail("close after the peer died took %.1f s", dc);
   if (gProvider.rfind("tcp", 0) == 0 && !detected) fail("tcp did not report the dead peer");
   pass("peer killed mid-stream: the survivor %s and closes in bounded time",
