@@ -518,6 +518,10 @@ std::vector<uint64_t> OfiEndpoint::close() {
     m->ep = nullptr;
     m->cq = nullptr;
     m->av = nullptr;
+    // What the open endpoint may still refer to stays too: the operations' contexts (a
+    // provider may use them until it completes them) and the domain (not closed under it).
+    for (auto& c : m->chunks) (void)c.release();
+    (void)new std::shared_ptr<OfiDomain>(m->domain);
   } else {
     int rc = fi_close(&m->ep->fid);
     if (rc != 0) m->last = ofiErrorOf(rc, "fi_close of the endpoint", m->d->nic.provider);
