@@ -114,8 +114,13 @@ void complete(OfiEndpoint::Impl* m, void* context, uint64_t flags, size_t len, u
   give(m, p);
 }
 
-// A completion's status that says the peer reset or ended the connection.
-bool isReset(int status) { return status == -ECONNRESET || status == -ECONNABORTED || status == -EPIPE || status == -ENOTCONN; }
+// An error completion that says the peer reset or ended the connection: by its status, or by
+// the provider's own errno (tcp: a cancelled receive says ENOTCONN there).
+bool isReset(const fi_cq_err_entry& e) {
+  for (int v : {std::abs(e.err), std::abs(e.prov_errno)})
+    if (v == ECONNRESET || v == ECONNABORTED || v == EPIPE || v == ENOTCONN) return true;
+  return false;
+}
 
 // One fi_cq_read (or fi_cq_readerr): up to max completions into out. Returns how many, or a
 // negative error of the queue itself (m->last says it).
@@ -154,8 +159,7 @@ int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
   c.error.clear();
   complete(m, err.op_context, err.flags, err.len, err.data, &c);
   c.status = err.err > 0 ? -err.err : (err.err < 0 ? err.err : -FI_EOTHER);
-  // The status, or the provider's own errno (tcp: a cancelled receive says ENOTCONN there).
-  if (isReset(c.status) || isReset(-std::abs(err.prov_errno))) m->peerReset = true;
+  if (isReset(err)) m->peerReset = true;
   c.provErrno = err.prov_errno;
   c.error = std::string(opName(c.op)) + " failed: " + ofiStrerror(c.status) + " (" + m->d->nic.provider + ": " +
             (prov && *prov ? prov : "no details") + ")";
@@ -233,7 +237,7 @@ void drainCq(OfiEndpoint::Impl* m) {
     err.err_data = data;
     err.err_data_size = sizeof data;
     if (fi_cq_readerr(m->cq, &err, 0) < 0) break;
-    if (isReset(-std::abs(err.err)) || isReset(-std::abs(err.prov_errno))) m->peerReset = true;
+    if (isReset(err)) m->peerReset = true;
   }
 }
 
