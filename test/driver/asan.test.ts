@@ -5,25 +5,21 @@
 // Over TCP across two processes (the pair scenarios, teardown with 4 protocol threads) and
 // over libfabric's shm; on loopback in one process (it found Regions.find's overlap bug).
 import { execFileSync } from 'child_process';
-import * as fs from 'fs';
 import * as path from 'path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { libasan } from '../support/asan';
 import { runAsync } from '../support/spawn';
-import { ROOT, buildDriver, requireLib } from './build-driver';
+import { HAVE_LIBFABRIC, ROOT, buildDriver, driverEnv, requireLib } from './build-driver';
 
 const ASAN = libasan();
 const LIB = path.join(ROOT, 'build/asan/libnccl-net-tsnet.so');
-const HAVE_LIBFABRIC = ['/usr/lib/x86_64-linux-gnu/libfabric.so.1', '/usr/lib64/libfabric.so.1', '/usr/lib/libfabric.so.1'].some((p) => fs.existsSync(p));
 if (!ASAN) console.log('skipping the driver under AddressSanitizer: gcc has no libasan.so');
 
 async function run(args: string[], env: Record<string, string>) {
-  const base = { ...process.env };
-  for (const k of ['TSNET_TRANSPORT', 'TSNET_LOOPBACK_DEVICES', 'TSNET_DEVICE_GROUPS', 'NCCL_SOCKET_IFNAME', 'FI_PROVIDER']) delete base[k];
   const r = await runAsync(buildDriver(), [...args, '--lib', LIB], {
     cwd: ROOT,
     // The library finds its JavaScript beside it or in ../dist; build/asan has neither.
-    env: { ...base, LD_PRELOAD: ASAN!, ASAN_OPTIONS: 'detect_leaks=0', TSNET_JS_ENTRY: path.join(ROOT, 'dist/plugin/index.js'), ...env },
+    env: driverEnv({ LD_PRELOAD: ASAN!, ASAN_OPTIONS: 'detect_leaks=0', TSNET_JS_ENTRY: path.join(ROOT, 'dist/plugin/index.js'), ...env }),
     timeout: 300_000,
   });
   console.log(`driver ${args.join(' ')} under AddressSanitizer (${env.TSNET_TRANSPORT}${env.FI_PROVIDER ? ` ${env.FI_PROVIDER}` : ''}): ${r.seconds.toFixed(1)} s`);

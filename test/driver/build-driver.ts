@@ -30,3 +30,20 @@ export function buildDriver(): string {
 export function requireLib(): void {
   if (!fs.existsSync(LIB)) throw new Error(`${LIB} is missing: run \`npm run build\` first`);
 }
+
+/** Where Debian's (or another distribution's) libfabric is installed: the ofi suites run, else skip. */
+export const HAVE_LIBFABRIC = ['/usr/lib/x86_64-linux-gnu/libfabric.so.1', '/usr/lib64/libfabric.so.1', '/usr/lib/libfabric.so.1'].some((p) =>
+  fs.existsSync(p),
+);
+
+/**
+ * The environment of a driver run: the caller's, without what selects the transport or its
+ * devices (each suite sets those itself; default device discovery otherwise), plus env.
+ */
+export function driverEnv(env: Record<string, string>): NodeJS.ProcessEnv {
+  const base = { ...process.env };
+  for (const k of ['TSNET_TRANSPORT', 'TSNET_LOOPBACK_DEVICES', 'TSNET_DEVICE_GROUPS', 'NCCL_SOCKET_IFNAME', 'NCCL_SOCKET_FAMILY', 'FI_PROVIDER'])
+    delete base[k];
+  return { ...base, ...env };
+}
+

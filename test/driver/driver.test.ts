@@ -6,7 +6,7 @@
 // test per scenario x version x mode.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
-import { LIB, ROOT, buildDriver, requireLib } from './build-driver';
+import { LIB, ROOT, buildDriver, driverEnv, requireLib } from './build-driver';
 
 const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'lifecycle'];
 const VERSIONS = [6, 7, 8, 9, 10, 11, 12];
@@ -22,11 +22,8 @@ interface Run {
 }
 
 async function runDriver(args: string[], env: Record<string, string>): Promise<Run> {
-  const base = { ...process.env };
   // The TCP runs use the default device discovery, whatever the caller's shell had set.
-  for (const k of ['TSNET_TRANSPORT', 'TSNET_LOOPBACK_DEVICES', 'TSNET_DEVICE_GROUPS', 'NCCL_SOCKET_IFNAME', 'NCCL_SOCKET_FAMILY'])
-    delete base[k];
-  const r = await runAsync(buildDriver(), [...args, '--lib', LIB], { cwd: ROOT, env: { ...base, ...env }, timeout: 600_000 });
+  const r = await runAsync(buildDriver(), [...args, '--lib', LIB], { cwd: ROOT, env: driverEnv(env), timeout: 600_000 });
   return { status: r.status, signal: r.signal, out: r.stdout, err: r.stderr, seconds: r.seconds };
 }
 

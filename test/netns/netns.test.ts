@@ -3,10 +3,9 @@
 // both NICs, over the TCP transport and over libfabric's tcp provider (two rails). Needs root
 // and iproute2; skipped with the reason otherwise.
 import { spawnSync } from 'child_process';
-import { existsSync } from 'fs';
 import * as path from 'path';
 import { describe, expect, it } from 'vitest';
-import { LIB, ROOT, buildDriver, requireLib } from '../driver/build-driver';
+import { HAVE_LIBFABRIC, LIB, ROOT, buildDriver, requireLib } from '../driver/build-driver';
 import { runAsync } from '../support/spawn';
 
 const SCRIPT = path.join(ROOT, 'test/netns/two-nic.sh');
@@ -21,7 +20,6 @@ function why(): string | undefined {
 const skipReason = why();
 if (skipReason) console.log(`skipping the netns suite: ${skipReason}`);
 
-const HAVE_LIBFABRIC = ['/usr/lib/x86_64-linux-gnu/libfabric.so.1', '/usr/lib64/libfabric.so.1'].some(existsSync);
 
 describe.skipIf(skipReason !== undefined)('two NICs in two network namespaces', () => {
   // The TCP transport, and the libfabric transport over its tcp provider (two rails).
