@@ -141,6 +141,9 @@ async function main(): Promise<number> {
     TSNET_TRANSPORT: process.env.TSNET_TRANSPORT ?? 'tcp',
     NCCL_SOCKET_IFNAME: process.env.NCCL_SOCKET_IFNAME ?? 'lo',
     TSNET_NSOCKS: String(o.streams),
+    // Every measurement has its own warm-up (--warmup) and measures the steady state, so the
+    // plugin's warm-up at init would only lengthen the run (about 1 s per process on 2 cores).
+    TSNET_WARMUP: process.env.TSNET_WARMUP ?? '0',
   };
   // tsnet over libfabric: the same, with the ofi transport, one provider, the library found.
   const ofiSet = (p: OfiProvider): Record<string, string> => ({

@@ -327,7 +327,7 @@ void pluginWake(int thread) {
 
 // --- control calls ---
 
-tsn_result_t jsInit(uint64_t commId, int trafficClass, bool legacy, uint32_t* ctxId) {
+tsn_result_t jsInit(uint64_t commId, int trafficClass, bool legacy, uint32_t* ctxId, int* warmup) {
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
   Napi::Object a = Napi::Object::New(env), out;
@@ -335,7 +335,10 @@ tsn_result_t jsInit(uint64_t commId, int trafficClass, bool legacy, uint32_t* ct
   a.Set("trafficClass", trafficClass);
   a.Set("legacy", legacy);
   tsn_result_t rc = control("init", a, &out);
-  if (rc == TSN_SUCCESS) *ctxId = u32(out, "ctx");
+  if (rc == TSN_SUCCESS) {
+    *ctxId = u32(out, "ctx");
+    *warmup = static_cast<int>(u32(out, "warmup"));
+  }
   return rc;
 }
 

@@ -23,7 +23,7 @@ int bindingThreadIndex();
 
 // Control calls into the plugin. Each returns the plugin's result code; a JavaScript
 // exception becomes an internal error with a WARN naming it.
-tsn_result_t jsInit(uint64_t commId, int trafficClass, bool legacy, uint32_t* ctxId);
+tsn_result_t jsInit(uint64_t commId, int trafficClass, bool legacy, uint32_t* ctxId, int* warmup);
 tsn_result_t jsDevices(int* ndev);
 tsn_result_t jsGetProperties(int dev, tsn_props_t* props);
 tsn_result_t jsListen(uint32_t ctxId, int dev, void* handle, uint32_t* listenId);

@@ -15,6 +15,7 @@
 #include "../embed/host.h"
 #include "binding.h"
 #include "internal.h"
+#include "warmup.h"
 
 namespace tsn {
 
@@ -167,8 +168,9 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
   bool legacy = ctx == nullptr;
   if (legacy && g_legacy.load()) return TSN_SUCCESS;  // NCCL loaded the library again
   uint32_t id = 0;
+  int warmup = 0;  // non-zero only in the answer to the process's first init
   int trafficClass = config ? config->trafficClass : -1;
-  rc = hostCall(0, [&] { return jsInit(commId, trafficClass, legacy, &id); });
+  rc = hostCall(0, [&] { return jsInit(commId, trafficClass, legacy, &id, &warmup); });
   if (rc != TSN_SUCCESS) return rc;
   Ctx* c = new Ctx{kMagicCtx, id};
   if (legacy) {
@@ -177,6 +179,7 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
   } else {
     *ctx = c;
   }
+  if (warmup > 0) warmUp(legacy ? nullptr : c, warmup);
   return TSN_SUCCESS;
 }
 

@@ -53,9 +53,17 @@ export interface Config {
   ofi: OfiConfig | undefined;
   /** µs NCCL adds to its latency estimate of a device (OFI_NCCL_NET_LATENCY). */
   latencyUs: number;
+  /**
+   * Messages the first init sends to itself on each protocol thread before it returns, so
+   * that V8 has compiled the data path before NCCL's first operation (0: none).
+   */
+  warmup: number;
 }
 
 type Env = Record<string, string | undefined>;
+
+/** TSNET_WARMUP's default: messages per protocol thread at the first init. */
+export const WARMUP_DEFAULT = 3000;
 
 interface Source {
   name: string;
@@ -251,6 +259,13 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   const timeoutSec = toSrc ? int(toSrc, 1, 3600) : 10;
   note('link timeout seconds', timeoutSec, toSrc);
 
+  const wuSrc = pick(env, ['TSNET_WARMUP']);
+  // An 8-byte AllReduce over libfabric shm took about 2000 operations (4 messages each way
+  // per rank) to reach its steady latency; V8 compiles the hot functions after a few
+  // thousand calls (docs/performance.md, item 14).
+  const warmup = wuSrc ? int(wuSrc, 0, 100_000) : WARMUP_DEFAULT;
+  note('warm-up messages at init', warmup, wuSrc);
+
   return {
     config: {
       transport: transport as TransportName,
@@ -273,6 +288,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       timeoutSec,
       ofi,
       latencyUs,
+      warmup,
     },
     lines,
   };

@@ -72,6 +72,7 @@ export class Plugin {
   /** A turn is scheduled because submissions wait for room in a full ring. */
   private again = false;
   private readonly ctxs = new Set<number>();
+  private warmupAsked = false; // the first init's answer carries TSNET_WARMUP, later ones 0
   private readonly listeners = new Map<number, { ctx: number; dev: number; listener: Listener }>();
   private readonly connecting = new Map<string, Connector>();
   private readonly comms = new Map<number, Comm>();
@@ -270,7 +271,10 @@ export class Plugin {
       log.info(
         a.legacy ? `context ${id}: the process-wide context of ncclNet v6-v10` : `context ${id} for communicator 0x${(a.commId as bigint).toString(16)}`,
       );
-      return { ctx: id };
+      // The core warms the data path up once, after the process's first init (TSNET_WARMUP).
+      const warmup = this.warmupAsked ? 0 : this.config!.warmup;
+      this.warmupAsked = true;
+      return { ctx: id, warmup };
     },
 
     devices: () => ({ ndev: this.started().devices.length }),

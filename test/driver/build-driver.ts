@@ -38,12 +38,14 @@ export const HAVE_LIBFABRIC = ['/usr/lib/x86_64-linux-gnu/libfabric.so.1', '/usr
 
 /**
  * The environment of a driver run: the caller's, without what selects the transport or its
- * devices (each suite sets those itself; default device discovery otherwise), plus env.
+ * devices (each suite sets those itself; default device discovery otherwise), with no warm-up
+ * at init (TSNET_WARMUP=0: each driver process would spend up to a second on it; the suites
+ * that test it set it), plus env.
  */
 export function driverEnv(env: Record<string, string>): NodeJS.ProcessEnv {
   const base = { ...process.env };
   for (const k of ['TSNET_TRANSPORT', 'TSNET_LOOPBACK_DEVICES', 'TSNET_DEVICE_GROUPS', 'NCCL_SOCKET_IFNAME', 'NCCL_SOCKET_FAMILY', 'FI_PROVIDER'])
     delete base[k];
-  return { ...base, ...env };
+  return { ...base, TSNET_WARMUP: '0', ...env };
 }
 

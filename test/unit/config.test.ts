@@ -46,6 +46,7 @@ describe('readConfig defaults', () => {
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
+      warmup: 3000,
     });
   });
 
@@ -59,7 +60,17 @@ describe('readConfig defaults', () => {
       'protocol threads = 1 (default)',
       'busy-poll window us = 0 (default)',
       'link timeout seconds = 10 (default)',
+      'warm-up messages at init = 3000 (default)',
     ]);
+  });
+
+  it('warms up with TSNET_WARMUP messages per protocol thread, 0 to 100000 (0: none)', () => {
+    expect(readConfig({ TSNET_WARMUP: '0' }, 2).config.warmup).toBe(0);
+    expect(readConfig({ TSNET_WARMUP: '100000' }, 2).config.warmup).toBe(100000);
+    expect(readConfig({ TSNET_WARMUP: '250' }, 2).lines).toContain('warm-up messages at init = 250 (TSNET_WARMUP)');
+    expect(() => readConfig({ TSNET_WARMUP: '100001' }, 2)).toThrow(/TSNET_WARMUP=100001: expected 0 to 100000/);
+    expect(() => readConfig({ TSNET_WARMUP: '-1' }, 2)).toThrow(/TSNET_WARMUP=-1: expected/);
+    expect(() => readConfig({ TSNET_WARMUP: 'yes' }, 2)).toThrow(/TSNET_WARMUP=yes: expected an integer/);
   });
 
   it('polls 200 us after activity by default only with 8 cores or more', () => {
@@ -260,6 +271,7 @@ describe('readConfig parses each variable', () => {
       'statistics = on (TSNET_STATS)',
       'busy-poll window us = 50 (TSNET_SPIN_US)',
       'link timeout seconds = 5 (TSNET_TIMEOUT_SEC)',
+      'warm-up messages at init = 3000 (default)',
     ]);
   });
 });
