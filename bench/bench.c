@@ -2,7 +2,7 @@
 //
 //   tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]
 //               [--streams N] [--inflight K] [--version V] [--lib PATH] [--dev D]
-//               [--timeout S] [--spin] [--verbose] [--mem host|cuda] [--curve N]
+//               [--timeout S] [--spin] [--verbose] [--mem host|cuda] [--curve N] [--rounds R]
 //
 // Every mode runs two processes, A and B, forked by a coordinator that never loads the plugin
 // (a process whose plugin has started its Node thread cannot fork a child that uses it). A and
@@ -31,6 +31,12 @@
 // 101-300, 301-1000, 1001-2000, 2001-5000, then by 5000 up to N: how long the plugin takes to
 // reach its steady latency (V8 compiling the hot path, first-touch costs). The other figures
 // then cover all N.
+//
+// --rounds R (tsnet-lat only, 1 .. 20): the comms are closed and new ones opened R - 1 more
+// times in the same two processes, each round measured like the first, and the line adds
+// rounds_us, every round's curve (with --curve) or its buckets over the measured window. A
+// slow start that comes back in every round belongs to the comm; one that only the first
+// round shows belongs to the process (V8 compiling the code).
 //
 // Warm-up (--warmup seconds, and a few messages) is not counted. Every wait has a deadline
 // (--timeout); on failure the process prints why on stderr and the bench exits non-zero.
@@ -83,9 +89,10 @@ typedef struct Opts {
   int verbose;      // plugin INFO lines on stderr
   int cuda;         // --mem cuda: tsnet-bw buffers in GPU memory, registered as NCCL_PTR_CUDA
   long curve;       // --curve N: tsnet-lat measures round trips 1..N, no warm-up, and reports their curve
+  int rounds;       // --rounds R: tsnet-lat opens and closes its comms R times in the same processes
 } Opts;
 
-static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .pairs = 1, .version = 12,
+static Opts g_o = {.duration = 1.0, .warmup = 0.2, .streams = 1, .inflight = 8, .pairs = 1, .rounds = 1, .version = 12,
                    .lib = "build/libnccl-net-tsnet.so", .timeout = 30.0};
 static const char* g_role = "coordinator";
 static double g_init_s = -1, g_connect_s = -1;  // tsnet: load + init, and listen until every comm is up
@@ -230,10 +237,10 @@ static void setup_json(char* out, size_t len) {
     out[0] = 0;
 }
 
-// The medians of the curve's buckets (--curve), from us in the order measured, as a JSON member.
-static void curve_json(char* out, size_t cap, const double* us, size_t n) {
+// The medians of the curve's buckets (--curve), from us in the order measured, as a JSON array.
+static void curve_array(char* out, size_t cap, const double* us, size_t n) {
   static const size_t ends[] = {1, 10, 100, 300, 1000, 2000, 5000};
-  size_t used = (size_t)snprintf(out, cap, ",\"curve_us\":[");
+  size_t used = (size_t)snprintf(out, cap, "[");
   double* part = malloc(n * sizeof *part);
   if (!part) die("out of memory");
   for (size_t from = 0, k = 0; from < n && used < cap; k++) {
@@ -249,10 +256,25 @@ static void curve_json(char* out, size_t cap, const double* us, size_t n) {
   free(part);
 }
 
+// The curve of every round (--rounds R > 1) as the JSON member "rounds_us", built up round by round.
+#define CURVE_CAP 2048
+static char* g_rounds_json;
+static void rounds_add(const double* us, size_t n, int round) {
+  size_t len = g_rounds_json ? strlen(g_rounds_json) : 0;
+  char* grown = realloc(g_rounds_json, len + CURVE_CAP + 32);
+  if (!grown) die("out of memory");
+  g_rounds_json = grown;
+  int head = snprintf(g_rounds_json + len, 32, "%s", round ? "," : ",\"rounds_us\":[");
+  curve_array(g_rounds_json + len + head, CURVE_CAP, us, n);
+}
+
 static void report_lat(double* us, size_t n, double seconds, int streams) {
   if (n == 0) die("no latency sample was measured");
-  char curve[2048] = "";
-  if (g_o.curve) curve_json(curve, sizeof curve, us, n);
+  char curve[CURVE_CAP + 16] = "";
+  if (g_o.curve) {
+    int head = snprintf(curve, sizeof curve, ",\"curve_us\":");
+    curve_array(curve + head, sizeof curve - (size_t)head, us, n);
+  }
   qsort(us, n, sizeof *us, cmp_double);
   double sum = 0;
   for (size_t i = 0; i < n; i++) sum += us[i];
@@ -260,9 +282,10 @@ static void report_lat(double* us, size_t n, double seconds, int streams) {
   streams_json(sj, sizeof sj, streams);
   setup_json(setup, sizeof setup);
   printf("{\"mode\":\"%s\",\"size\":%zu,\"streams\":%s,\"version\":%d,\"iterations\":%zu,\"seconds\":%.6f,"
-         "\"lat_us\":{\"median\":%.3f,\"p99\":%.3f,\"min\":%.3f,\"max\":%.3f,\"mean\":%.3f}%s%s}\n",
+         "\"lat_us\":{\"median\":%.3f,\"p99\":%.3f,\"min\":%.3f,\"max\":%.3f,\"mean\":%.3f}%s%s%s%s}\n",
          k_mode_names[g_o.mode], g_o.size, sj, g_o.version, n, seconds, quantile(us, n, 0.5),
-         quantile(us, n, 0.99), us[0], us[n - 1], sum / (double)n, curve, setup);
+         quantile(us, n, 0.99), us[0], us[n - 1], sum / (double)n, curve, g_rounds_json ? g_rounds_json : "",
+         g_rounds_json ? "]" : "", setup);
   fflush(stdout);
 }
 
@@ -347,10 +370,8 @@ typedef struct Plug {
 // Loads and initialises the plugin, then opens pairs send comms to the peer and as many recv
 // comms from it: each side listens once per pair, hands its handles over, connects to the
 // peer's, and accepts, polling connect and accept (both non-blocking) until all comms exist.
-static void pl_open_n(Plug* t, Chan ch, int pairs);
-static void pl_open(Plug* t, Chan ch) { pl_open_n(t, ch, 1); }
-
-static void pl_open_n(Plug* t, Chan ch, int pairs) {
+// pl_load loads and initialises; pl_connect opens the comms (again after pl_disconnect: --rounds).
+static void pl_load(Plug* t) {
   memset(t, 0, sizeof *t);
   char err[512];
   double t_load = now_s();
@@ -360,9 +381,16 @@ static void pl_open_n(Plug* t, Chan ch, int pairs) {
   int ndev = 0;
   rc = shim_devices(&t->net, &ndev);
   if (rc != TSN_SUCCESS || ndev <= g_o.dev) die("devices: rc %d, %d device(s), --dev %d", rc, ndev, g_o.dev);
+  g_init_s = now_s() - t_load;
+}
+
+static void pl_connect(Plug* t, Chan ch, int pairs) {
+  tsn_result_t rc;
+  memset(t->lcs, 0, sizeof t->lcs);
+  memset(t->scs, 0, sizeof t->scs);
+  memset(t->rcs, 0, sizeof t->rcs);
   t->pairs = pairs;
   double t_listen = now_s();
-  g_init_s = t_listen - t_load;
   uint8_t peer[MAX_PAIRS][TSN_HANDLE_SIZE];
   for (int i = 0; i < pairs; i++) {
     uint8_t mine[TSN_HANDLE_SIZE];
@@ -388,10 +416,15 @@ static void pl_open_n(Plug* t, Chan ch, int pairs) {
     if (now_s() > end) die("timed out after %.0f s connecting (%d of %d comms up)", g_o.timeout, up, 2 * pairs);
     if (up < 2 * pairs) idle();
   }
-  g_connect_s = now_s() - t_listen;
+  if (g_connect_s < 0) g_connect_s = now_s() - t_listen;  // the first round's
   t->lc = t->lcs[0];
   t->sc = t->scs[0];
   t->rc = t->rcs[0];
+}
+
+static void pl_open_n(Plug* t, Chan ch, int pairs) {
+  pl_load(t);
+  pl_connect(t, ch, pairs);
 }
 
 static void* pl_reg(Plug* t, void* comm, void* data, size_t size) {
@@ -405,7 +438,7 @@ static void* pl_reg(Plug* t, void* comm, void* data, size_t size) {
 // Both sides finished every request before either closes (NCCL destroys a communicator after
 // a bootstrap barrier too): a close right after the last send completed can reach the peer
 // before that send's data does.
-static void pl_close(Plug* t, Chan ch, void** mrs, void** comms, int nmr) {
+static void pl_disconnect(Plug* t, Chan ch, void** mrs, void** comms, int nmr) {
   ch_put(ch, CH_DONE, 0, NULL);
   ChMsg m;
   ch_wait(ch, CH_DONE, &m, "the peer to finish");
@@ -419,8 +452,17 @@ static void pl_close(Plug* t, Chan ch, void** mrs, void** comms, int nmr) {
     if ((rc = shim_close_recv(&t->net, t->rcs[i])) != TSN_SUCCESS) die("closeRecv failed (rc %d)", rc);
     if ((rc = shim_close_listen(&t->net, t->lcs[i])) != TSN_SUCCESS) die("closeListen failed (rc %d)", rc);
   }
+}
+
+static void pl_finalize(Plug* t) {
+  tsn_result_t rc;
   if (shim_has_ctx(g_o.version) && (rc = shim_finalize(&t->net, t->ctx)) != TSN_SUCCESS)
     die("finalize failed (rc %d)", rc);
+}
+
+static void pl_close(Plug* t, Chan ch, void** mrs, void** comms, int nmr) {
+  pl_disconnect(t, ch, mrs, comms, nmr);
+  pl_finalize(t);
 }
 
 // isend / irecv of one buffer on a comm; NULL while the comm's request pool is full.
@@ -476,70 +518,91 @@ static void pl_flush(Plug* t, void* comm, void* data, void* mh) {
 
 // ---------------------------------------------------------------- tsnet: latency
 
-// A: ping, wait for the pong; the last ping carries 1 in its first byte.
+// A: ping, wait for the pong; the last ping carries 1 in its first byte. With --rounds R the
+// comms are closed and opened again R - 1 times in the same process, each round measured
+// from its first message; the figures but rounds_us are the first round's.
 static void tsnet_lat_a(Chan ch) {
   Plug t;
-  pl_open(&t, ch);
+  pl_load(&t);
   uint8_t* sbuf = alloc_buf(g_o.size);
   uint8_t* rbuf = alloc_buf(g_o.size);
-  void* mrs[2] = {pl_reg(&t, t.sc, sbuf, g_o.size), pl_reg(&t, t.rc, rbuf, g_o.size)};
-  void* comms[2] = {t.sc, t.rc};
-  size_t cap = 1 << 16, n = 0;
+  size_t cap = 1 << 16, n = 0, first_n = 0;
   double* us = malloc(cap * sizeof *us);
+  double* first = NULL;
+  double first_seconds = 0;
   if (!us) die("out of memory");
-  double start = now_s(), mstart = 0;
-  long warm = 0;
-  int measuring = 0, last = 0;
-  void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
-  while (!last) {
-    double t0 = now_s();
-    if (!measuring && (g_o.curve || (t0 - start >= g_o.warmup && warm >= 3))) measuring = 1, mstart = t0;
-    if (!measuring) warm++;
-    last = g_o.curve ? (long)n + 1 >= g_o.curve : measuring && t0 - mstart >= g_o.duration;
-    sbuf[0] = (uint8_t)last;
-    void* sreq = pl_post(&t, 1, sbuf, mrs[0]);
-    double t1 = 0, end = t0 + g_o.timeout;
-    while (sreq || !t1) {
-      if (sreq && pl_done(&t, sreq, 0)) sreq = NULL;
-      if (!t1 && pl_done(&t, rreq, 1)) t1 = now_s();
-      if (now_s() > end) die("timed out after %.0f s in a ping-pong", g_o.timeout);
-      if (sreq || !t1) idle();
+  for (int round = 0; round < g_o.rounds; round++) {
+    pl_connect(&t, ch, 1);
+    void* mrs[2] = {pl_reg(&t, t.sc, sbuf, g_o.size), pl_reg(&t, t.rc, rbuf, g_o.size)};
+    void* comms[2] = {t.sc, t.rc};
+    double start = now_s(), mstart = 0;
+    long warm = 0;
+    int measuring = 0, last = 0;
+    n = 0;
+    void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
+    while (!last) {
+      double t0 = now_s();
+      if (!measuring && (g_o.curve || (t0 - start >= g_o.warmup && warm >= 3))) measuring = 1, mstart = t0;
+      if (!measuring) warm++;
+      last = g_o.curve ? (long)n + 1 >= g_o.curve : measuring && t0 - mstart >= g_o.duration;
+      sbuf[0] = (uint8_t)last;
+      void* sreq = pl_post(&t, 1, sbuf, mrs[0]);
+      double t1 = 0, end = t0 + g_o.timeout;
+      while (sreq || !t1) {
+        if (sreq && pl_done(&t, sreq, 0)) sreq = NULL;
+        if (!t1 && pl_done(&t, rreq, 1)) t1 = now_s();
+        if (now_s() > end) die("timed out after %.0f s in a ping-pong", g_o.timeout);
+        if (sreq || !t1) idle();
+      }
+      if (!last) rreq = pl_post(&t, 0, rbuf, mrs[1]);  // the next pong's receive, before the next ping
+      if (measuring) {
+        if (n == cap && !(us = realloc(us, (cap *= 2) * sizeof *us))) die("out of memory");
+        us[n++] = (t1 - t0) * 1e6 / 2;
+      }
     }
-    if (!last) rreq = pl_post(&t, 0, rbuf, mrs[1]);  // the next pong's receive, before the next ping
-    if (measuring) {
-      if (n == cap && !(us = realloc(us, (cap *= 2) * sizeof *us))) die("out of memory");
-      us[n++] = (t1 - t0) * 1e6 / 2;
+    double seconds = now_s() - mstart;
+    pl_disconnect(&t, ch, mrs, comms, 2);
+    if (g_o.rounds > 1) rounds_add(us, n, round);
+    if (round == 0 && g_o.rounds > 1) {
+      if (!(first = malloc(n * sizeof *first))) die("out of memory");
+      memcpy(first, us, n * sizeof *first);
+      first_n = n, first_seconds = seconds;
+    } else if (round == 0) {
+      first = us, first_n = n, first_seconds = seconds;
     }
   }
-  double seconds = now_s() - mstart;
-  pl_close(&t, ch, mrs, comms, 2);
-  report_lat(us, n, seconds, 0);
+  pl_finalize(&t);
+  report_lat(first, first_n, first_seconds, 0);
 }
 
-// B: wait for a ping, post the next receive, pong.
+// B: wait for a ping, post the next receive, pong (each round of --rounds).
 static void tsnet_lat_b(Chan ch) {
   Plug t;
-  pl_open(&t, ch);
+  pl_load(&t);
   uint8_t* sbuf = alloc_buf(g_o.size);
   uint8_t* rbuf = alloc_buf(g_o.size);
-  void* mrs[2] = {pl_reg(&t, t.sc, sbuf, g_o.size), pl_reg(&t, t.rc, rbuf, g_o.size)};
-  void* comms[2] = {t.sc, t.rc};
-  void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
-  for (int last = 0; !last;) {
-    double end = now_s() + g_o.timeout;
-    while (!pl_done(&t, rreq, 1)) {
-      if (now_s() > end) die("timed out after %.0f s waiting for a ping", g_o.timeout);
-      idle();
+  for (int round = 0; round < g_o.rounds; round++) {
+    pl_connect(&t, ch, 1);
+    void* mrs[2] = {pl_reg(&t, t.sc, sbuf, g_o.size), pl_reg(&t, t.rc, rbuf, g_o.size)};
+    void* comms[2] = {t.sc, t.rc};
+    void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
+    for (int last = 0; !last;) {
+      double end = now_s() + g_o.timeout;
+      while (!pl_done(&t, rreq, 1)) {
+        if (now_s() > end) die("timed out after %.0f s waiting for a ping", g_o.timeout);
+        idle();
+      }
+      last = rbuf[0];
+      if (!last) rreq = pl_post(&t, 0, rbuf, mrs[1]);
+      void* sreq = pl_post(&t, 1, sbuf, mrs[0]);
+      while (!pl_done(&t, sreq, 0)) {
+        if (now_s() > end) die("timed out after %.0f s sending a pong", g_o.timeout);
+        idle();
+      }
     }
-    last = rbuf[0];
-    if (!last) rreq = pl_post(&t, 0, rbuf, mrs[1]);
-    void* sreq = pl_post(&t, 1, sbuf, mrs[0]);
-    while (!pl_done(&t, sreq, 0)) {
-      if (now_s() > end) die("timed out after %.0f s sending a pong", g_o.timeout);
-      idle();
-    }
+    pl_disconnect(&t, ch, mrs, comms, 2);
   }
-  pl_close(&t, ch, mrs, comms, 2);
+  pl_finalize(&t);
 }
 
 // ---------------------------------------------------------------- tsnet: bandwidth
@@ -912,14 +975,15 @@ static void usage(void) {
   fprintf(stderr,
           "usage: tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]\n"
           "                   [--streams N] [--inflight K] [--pairs P] [--version 6..12] [--lib PATH] [--dev D]\n"
-          "                   [--timeout S] [--spin | --idle-us US] [--verbose] [--mem host|cuda] [--curve N]\n");
+          "                   [--timeout S] [--spin | --idle-us US] [--verbose] [--mem host|cuda] [--curve N]\n"
+          "                   [--rounds R]\n");
   exit(2);
 }
 
 static void role_main(int a, Chan ch) {
   g_role = a ? "A" : "B";
   signal(SIGPIPE, SIG_IGN);
-  alarm((unsigned)(g_o.warmup + g_o.duration + 4 * g_o.timeout) + 1);  // the backstop of every wait
+  alarm((unsigned)(g_o.rounds * (g_o.warmup + g_o.duration + 4 * g_o.timeout)) + 1);  // the backstop of every wait
   switch (g_o.mode) {
     case M_TSNET_LAT: a ? tsnet_lat_a(ch) : tsnet_lat_b(ch); break;
     case M_TSNET_BW: a ? tsnet_bw_a(ch) : tsnet_bw_b(ch); break;
@@ -957,6 +1021,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--timeout")) g_o.timeout = atof(v), i++;
     else if (!strcmp(a, "--idle-us")) g_o.idle_us = atoi(v), i++;
     else if (!strcmp(a, "--curve")) g_o.curve = atol(v), have_curve = 1, i++;
+    else if (!strcmp(a, "--rounds")) g_o.rounds = atoi(v), i++;
     else if (!strcmp(a, "--mem") && (!strcmp(v, "host") || !strcmp(v, "cuda"))) g_o.cuda = !strcmp(v, "cuda"), i++;
     else usage();
   }
@@ -968,6 +1033,7 @@ int main(int argc, char** argv) {
   if (g_o.mode == M_TCP_LAT) g_o.streams = 1;
   if (g_o.cuda && g_o.mode != M_TSNET_BW) die("--mem cuda is for tsnet-bw only");
   if (have_curve && (g_o.mode != M_TSNET_LAT || g_o.curve < 1 || g_o.curve > 1000000)) die("--curve N is for tsnet-lat, N 1 .. 1000000");
+  if (g_o.rounds != 1 && (g_o.mode != M_TSNET_LAT || g_o.rounds < 1 || g_o.rounds > 20)) die("--rounds R is for tsnet-lat, R 1 .. 20");
   if ((g_o.size + MIN_STRIPE - 1) / MIN_STRIPE > MAX_PARTS) die("--size too large for the stripe table");
 
   // Two pipes: A -> B and B -> A.
@@ -993,7 +1059,7 @@ int main(int argc, char** argv) {
   close(ab[0]), close(ab[1]), close(ba[0]), close(ba[1]);
 
   // Wait for both; when one fails, the other is stopped.
-  double end = now_s() + g_o.warmup + g_o.duration + 4 * g_o.timeout + 5;
+  double end = now_s() + g_o.rounds * (g_o.warmup + g_o.duration + 4 * g_o.timeout) + 5;
   int left = 2, failed = 0;
   pid_t pids[2] = {pa, pb};
   const char* names[2] = {"A", "B"};

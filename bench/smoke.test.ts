@@ -212,7 +212,7 @@ describe('tsnet-bench --mem', () => {
   });
 });
 
-describe('tsnet-bench tsnet-lat --curve', () => {
+describe('tsnet-bench tsnet-lat --curve and --rounds', () => {
   const bin = path.join(root, BENCH_BIN);
   beforeAll(() => {
     buildBench(root);
@@ -221,7 +221,7 @@ describe('tsnet-bench tsnet-lat --curve', () => {
   it('measures exactly N round trips from the first and reports the medians of its buckets', async () => {
     const r = await runAsync(bin, ['tsnet-lat', '--size', '8', '--curve', '150', '--timeout', '20'], {
       cwd: root,
-      env: { ...process.env, TSNET_TRANSPORT: 'tcp' },
+      env: { ...process.env, TSNET_TRANSPORT: 'tcp', TSNET_WARMUP: '0' },
       timeout: 60_000,
     });
     expect(r.status, r.stderr).toBe(0);
@@ -236,6 +236,31 @@ describe('tsnet-bench tsnet-lat --curve', () => {
       const r = await runAsync(bin, args, { cwd: root, timeout: 30_000 });
       expect(r.status).toBe(1);
       expect(r.stderr).toMatch(/--curve N is for tsnet-lat, N 1 \.\. 1000000/);
+    }
+  });
+
+  it('--rounds R opens new comms R - 1 more times in the same processes and reports each round', async () => {
+    const r = await runAsync(bin, ['tsnet-lat', '--size', '8', '--curve', '120', '--rounds', '3', '--timeout', '20', '--verbose'], {
+      cwd: root,
+      env: { ...process.env, TSNET_TRANSPORT: 'tcp', TSNET_WARMUP: '200' },
+      timeout: 60_000,
+    });
+    expect(r.status, r.stderr).toBe(0);
+    const line = JSON.parse(r.stdout.trim().split('\n').pop()!);
+    expect(line.iterations).toBe(120);
+    expect(line.rounds_us).toHaveLength(3);
+    for (const round of line.rounds_us)
+      expect(round.map((c: { from: number; to: number }) => [c.from, c.to])).toEqual([[1, 1], [2, 10], [11, 100], [101, 120]]);
+    expect(line.rounds_us[0]).toEqual(line.curve_us);
+    // each of the two processes warmed up once, at its first init, whatever the rounds
+    expect(r.stderr.match(/NET\/tsnet warm-up: \d+ of 200 message\(s\)/g)).toHaveLength(2);
+  });
+
+  it('--rounds is refused for the other modes and out of range', async () => {
+    for (const args of [['tsnet-bw', '--size', '8', '--rounds', '2'], ['tsnet-lat', '--size', '8', '--rounds', '21'], ['tsnet-lat', '--size', '8', '--rounds', '0']]) {
+      const r = await runAsync(bin, args, { cwd: root, timeout: 30_000 });
+      expect(r.status).toBe(1);
+      expect(r.stderr).toMatch(/--rounds R is for tsnet-lat, R 1 \.\. 20/);
     }
   });
 });
