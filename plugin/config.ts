@@ -63,7 +63,7 @@ export interface Config {
 type Env = Record<string, string | undefined>;
 
 /** TSNET_WARMUP's default: messages per protocol thread at the first init. */
-export const WARMUP_DEFAULT = 3000;
+export const WARMUP_DEFAULT = 10000;
 
 interface Source {
   name: string;
@@ -260,9 +260,9 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   note('link timeout seconds', timeoutSec, toSrc);
 
   const wuSrc = pick(env, ['TSNET_WARMUP']);
-  // An 8-byte AllReduce over libfabric shm took about 2000 operations (4 messages each way
-  // per rank) to reach its steady latency; V8 compiles the hot functions after a few
-  // thousand calls (docs/performance.md, item 14).
+  // Two H200s, nccl-tests' default warm-up, AllReduce 8 B to 128 B over libfabric shm against
+  // Socket: 3.8-9.5x without (1 run), 1.7-2.3x with 3000 (median of 6), 1.1-1.7x with 10000
+  // (median of 3), which costs about 0.3-0.5 s of init there (docs/performance.md, item 14).
   const warmup = wuSrc ? int(wuSrc, 0, 100_000) : WARMUP_DEFAULT;
   note('warm-up messages at init', warmup, wuSrc);
 

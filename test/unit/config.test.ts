@@ -46,7 +46,7 @@ describe('readConfig defaults', () => {
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
-      warmup: 3000,
+      warmup: 10000,
     });
   });
 
@@ -60,7 +60,7 @@ describe('readConfig defaults', () => {
       'protocol threads = 1 (default)',
       'busy-poll window us = 0 (default)',
       'link timeout seconds = 10 (default)',
-      'warm-up messages at init = 3000 (default)',
+      'warm-up messages at init = 10000 (default)',
     ]);
   });
 
@@ -271,7 +271,7 @@ describe('readConfig parses each variable', () => {
       'statistics = on (TSNET_STATS)',
       'busy-poll window us = 50 (TSNET_SPIN_US)',
       'link timeout seconds = 5 (TSNET_TIMEOUT_SEC)',
-      'warm-up messages at init = 3000 (default)',
+      'warm-up messages at init = 10000 (default)',
     ]);
   });
 });
