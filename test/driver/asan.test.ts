@@ -3,7 +3,8 @@
 // native core, the embedding, the engine and the libfabric layer, with uses of freed memory
 // and overflows reported at once instead of crashing sometimes. libnode is not instrumented.
 // Over TCP across two processes (the pair scenarios, teardown with 4 protocol threads) and
-// over libfabric's shm; on loopback in one process (it found Regions.find's overlap bug).
+// over libfabric's shm; on loopback in one process (it found Regions.find's overlap bug); and
+// the warm-up at init (TSNET_WARMUP) over TCP and shm.
 import { execFileSync } from 'child_process';
 import * as path from 'path';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -46,6 +47,14 @@ describe.skipIf(!ASAN)('C driver, plugin under AddressSanitizer', () => {
 
   it('TCP, --procs 2, v9, teardown with 4 protocol threads', async () => {
     expectClean(await run(['teardown', '--procs', '2', '--version', '9'], { TSNET_TRANSPORT: 'tcp', TSNET_PROTOCOL_THREADS: '4' }));
+  }, 400_000);
+
+  it('TCP and libfabric shm, --procs 2, v12, 2 protocol threads: the warm-up at init', async () => {
+    for (const env of [{ TSNET_TRANSPORT: 'tcp' }, ...(HAVE_LIBFABRIC ? [{ TSNET_TRANSPORT: 'ofi', FI_PROVIDER: 'shm' }] : [])]) {
+      const r = await run(['transfer', '--procs', '2', '--verbose'], { ...env, TSNET_WARMUP: '200', TSNET_PROTOCOL_THREADS: '2' });
+      expectClean(r);
+      expect(r.stderr.match(/NET\/tsnet warm-up: \d+ of 200 message\(s\)/g)).toHaveLength(2);
+    }
   }, 400_000);
 
   it('loopback, --procs 1, v12: every scenario', async () => {
