@@ -177,9 +177,11 @@ describe('Plugin control calls', () => {
   it('init reads the configuration once, logs it, makes the transport and sets the busy-poll window', () => {
     const t = setup({ ...LOOP, TSNET_NSOCKS: '2', TSNET_SPIN_US: '7' });
     const a = t.call('init', { commId: 0xabcn, trafficClass: -1, legacy: false });
-    expect(a).toEqual({ ctx: expect.any(Number) });
+    // the first init's answer asks the core for the warm-up (TSNET_WARMUP), later ones for none
+    expect(a).toEqual({ ctx: expect.any(Number), warmup: 10000 });
     const b = t.call('init', { commId: 2n, trafficClass: -1, legacy: true });
     expect(b.ctx).not.toBe(a.ctx);
+    expect(b.warmup).toBe(0);
     expect(infos().filter((m) => m === 'config: data sockets per comm = 2 (TSNET_NSOCKS)').length).toBe(1);
     expect(infos().filter((m) => m.startsWith('config: ')).length).toBeGreaterThan(5);
     expect(infos()).toContain('transport loopback, 1 device(s), 1 protocol thread(s)');
@@ -188,6 +190,14 @@ describe('Plugin control calls', () => {
     expect(t.host.transports.length).toBe(1);
     expect(t.host.spins).toEqual([7]);
     expect(t.host.started).toEqual([]);
+  });
+
+  it('init answers TSNET_WARMUP once: the count at the first init, 0 at later ones and with TSNET_WARMUP=0', () => {
+    const t = setup({ ...LOOP, TSNET_WARMUP: '50' });
+    expect(t.call('init', { commId: 1n, trafficClass: -1, legacy: false }).warmup).toBe(50);
+    expect(t.call('init', { commId: 2n, trafficClass: -1, legacy: false }).warmup).toBe(0);
+    const off = setup({ ...LOOP, TSNET_WARMUP: '0' });
+    expect(off.call('init', { commId: 1n, trafficClass: -1, legacy: false }).warmup).toBe(0);
   });
 
   it('thread 0 starts the other protocol threads once, at the first init', () => {
