@@ -36,6 +36,7 @@
 #include <cstring>
 #include <atomic>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "../binding.h"
@@ -770,10 +771,19 @@ Lane* newLane(int fd, IoThread* t, int port, uint32_t link) {
   }
   l->id = id;
   __atomic_store_n(&E->chunks[id / kLaneChunk].load()[id % kLaneChunk], l, __ATOMIC_RELEASE);
+  closedHere().erase(id);  // the calling protocol thread owns a lane with this id again
   return l;
 }
 
 Lane* laneOf(uint32_t id) { return laneById(id); }
+
+// Only the protocol thread that owns a lane closes it, and the lane's I/O thread may free it
+// at any moment after the close: each protocol thread remembers the ids it closed, so that a
+// second close, or any call naming the id, fails without reading freed memory.
+std::unordered_set<uint32_t>& closedHere() {
+  thread_local std::unordered_set<uint32_t> ids;
+  return ids;
+}
 
 // Waits until the I/O thread of lane has taken every submission the calling protocol thread
 // made so far: they are then in the lane's queues, where cancel and close find them.

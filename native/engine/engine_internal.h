@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <unordered_set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -184,6 +185,9 @@ bool ofiMayBlock(IoThread* t);                       // every endpoint agrees to
 void ofiRegister(napi_env env, napi_value exports);  // ofiOpen, ofiRail, ofiInsertPeer, ofiRegMr, ...
 Lane* newLane(int fd, IoThread* t, int port, uint32_t link);
 Lane* laneOf(uint32_t id);
+// Ids of the lanes the calling protocol thread closed (ioClose) and has not got back from
+// newLane since: their memory may be gone, so nothing may read it (ownLane, ownOfiLane).
+std::unordered_set<uint32_t>& closedHere();
 void wakeThread(IoThread* t);
 void postAdmin(IoThread* t, Admin* a);
 bool syncSubs(int port, IoThread* t);

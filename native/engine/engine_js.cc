@@ -52,6 +52,8 @@ Lane* ownLane(const Napi::CallbackInfo& info, const char* fn) {
   double id;
   if (!E) return fail(env, std::string(fn) + ": call ioStart first"), nullptr;
   if (!number(info, 0, &id)) return fail(env, std::string(fn) + ": the first argument must be a lane id"), nullptr;
+  if (closedHere().count(static_cast<uint32_t>(id)))  // freed, or soon: not to be read
+    return fail(env, std::string(fn) + ": lane " + std::to_string(static_cast<uint32_t>(id)) + " was closed already", true), nullptr;
   Lane* l = laneOf(static_cast<uint32_t>(id));
   // quiet: this thread closed it already (only this thread sets it); the I/O thread frees it soon.
   if (!l || l->port != bindingThreadIndex() || l->quiet)
@@ -187,6 +189,7 @@ Napi::Value IoClose(const Napi::CallbackInfo& info) {
   if (!l) return env.Undefined();
   bool graceful = info.Length() > 1 && info[1].ToBoolean().Value();
   IoThread* t = l->t;
+  closedHere().insert(l->id);
   if (!syncSubs(l->port, t)) log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions within 10 s", t->index, l->id);
   bool partial = false, hard = true;
   cancelLane(l, graceful, &partial, &hard);

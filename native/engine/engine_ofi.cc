@@ -247,7 +247,9 @@ double num(const Napi::CallbackInfo& info, size_t i) {
 }
 
 Lane* ownOfiLane(const Napi::CallbackInfo& info, const char* fn) {
-  Lane* l = E ? laneOf(static_cast<uint32_t>(num(info, 0))) : nullptr;
+  double id = num(info, 0);
+  bool closed = id >= 0 && closedHere().count(static_cast<uint32_t>(id));  // its memory may be gone
+  Lane* l = E && !closed ? laneOf(static_cast<uint32_t>(id)) : nullptr;
   if (!l || !l->ofi || l->port != bindingThreadIndex()) {
     fail(info.Env(), std::string(fn) + ": no such libfabric lane of this thread");
     return nullptr;
