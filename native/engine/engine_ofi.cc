@@ -28,9 +28,25 @@ namespace {
 
 // Registrations by number (what submissions name), with the operations in flight on each so
 // that deregistration waits for them: libfabric leaves an operation on a closed region undefined.
+// Memory of ofiAlloc: registered, and seen by JavaScript as an ArrayBuffer. It is freed when
+// both are gone, the ArrayBuffer collected and the registration deregistered, so that the
+// collector can never free memory that a posted receive or a peer's key still reaches.
+struct HostMem {
+  void* p;
+  std::atomic<int> refs{2};
+};
+
+void hostRelease(HostMem* h) {
+  if (h->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    free(h->p);
+    delete h;
+  }
+}
+
 struct MrEntry {
   OfiMr* mr = nullptr;
   std::atomic<int> inflight{0};
+  HostMem* host = nullptr;  // ofiAlloc's memory under this registration, else nullptr
 };
 constexpr uint32_t kMrChunk = 1024, kMrChunks = 1024;
 std::atomic<MrEntry*> g_mrs[kMrChunks];
@@ -445,13 +461,15 @@ Napi::Value OfiDeregMr(const Napi::CallbackInfo& info) {
   }
   __atomic_store_n(&e->mr, nullptr, __ATOMIC_RELEASE);
   delete mr;
+  if (HostMem* h = __atomic_exchange_n(&e->host, nullptr, __ATOMIC_ACQ_REL)) hostRelease(h);
   std::lock_guard<std::mutex> g(g_mu);
   g_freeMr.push_back(id);
   return env.Undefined();
 }
 
 // ofiAlloc(lane, bytes) -> { addr, buffer, mr, keyLo, keyHi, key, remoteBase }: registered,
-// page-aligned host memory the transport owns; the memory lives as long as buffer does.
+// page-aligned host memory the transport owns; the memory lives as long as buffer does and
+// until ofiDeregMr(mr) (HostMem), whichever is later.
 Napi::Value OfiAlloc(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Lane* l = ownOfiLane(info, "ofiAlloc");
@@ -470,9 +488,16 @@ Napi::Value OfiAlloc(const Napi::CallbackInfo& info) {
   }
   OfiMr* m = mr.release();
   uint32_t id = addMr(m);
+  if (id == 0) {
+    delete m;
+    free(mem);
+    return fail(env, "ofiAlloc: too many registrations", TSN_SYSTEM_ERROR);
+  }
+  HostMem* h = new HostMem{mem};
+  __atomic_store_n(&mrAt(id)->host, h, __ATOMIC_RELEASE);
   Napi::Object out = mrAnswer(env, id, m);
   out.Set("addr", static_cast<double>(reinterpret_cast<uintptr_t>(mem)));
-  out.Set("buffer", Napi::ArrayBuffer::New(env, mem, n, [](Napi::Env, void* p) { free(p); }));
+  out.Set("buffer", Napi::ArrayBuffer::New(env, mem, n, [](Napi::Env, void*, HostMem* hm) { hostRelease(hm); }, h));
   return out;
 }
 

@@ -85,6 +85,38 @@ describe('OfiEndpoint', () => {
     expectBytes(dst.bytes!, 0, src.bytes!.subarray(0, 300000));
   });
 
+  it('freeMemory, after close and the rails, deregisters everything the endpoint registered itself', () => {
+    const f = new FakeFabric();
+    const h = f.host('a', 2);
+    const ep = new OfiEndpoint(h.rails, { config: OFI_DEFAULTS });
+    expect(h.rails.map((r) => r.regs.size > 0)).toEqual([true, true]); // bounce chunks, the flush line
+    ep.close();
+    ep.freeMemory();
+    ep.freeMemory(); // once only
+    expect(h.rails.map((r) => r.regs.size)).toEqual([0, 0]);
+  });
+
+  it("freeMemory also frees the closed comms' regions still in quarantine", () => {
+    const w = new World();
+    const { send, recv } = w.connect();
+    const src = w.a.region(64);
+    const dst = w.b.region(64);
+    const own = (s: typeof w.a) => s.host.rails.map((r) => r.regs.size);
+    const before = [own(w.a), own(w.b)];
+    recv.irecv(1, [buf(dst, 0, 64, 0)]);
+    send.isend(2, buf(src, 0, 64, 0));
+    w.run(() => w.b.has(1) && w.a.has(2));
+    send.close();
+    recv.close();
+    for (const s of [w.a, w.b]) {
+      s.ep.close();
+      s.ep.freeMemory();
+    }
+    // what is left is the test's own regions (one registration per rail each)
+    expect([own(w.a), own(w.b)].every((x) => x.every((n) => n === 1))).toBe(true);
+    expect(before.flat().every((n) => n > 1)).toBe(true);
+  });
+
   it('a comm of a closed endpoint posts nothing more', () => {
     const w = new World();
     const { send, recv } = w.connect();

@@ -38,6 +38,7 @@ export interface RailAccount {
 
 export class BouncePool {
   private chunks: HostBuffer[] = [];
+  private chunkRail: number[] = []; // the rail that registered each chunk
   private count = 0;
   private railOf = new Uint8Array(256);
   private stateOf = new Uint8Array(256);
@@ -121,6 +122,16 @@ export class BouncePool {
     this.closed = true;
   }
 
+  /**
+   * The endpoints are closed (no receive of the pool is posted any more): every chunk's
+   * registration goes, and with it, once the views are collected too, its memory.
+   */
+  freeChunks(): void {
+    this.closed = true;
+    this.chunks.splice(0).forEach((c, i) => this.rails[this.chunkRail[i]].free(c));
+    this.chunkRail = [];
+  }
+
   /** Why the accounting is wrong, or undefined. */
   check(): string | undefined {
     for (let r = 0; r < this.rails.length; r++) {
@@ -159,6 +170,7 @@ export class BouncePool {
     const n = this.window;
     const chunk = this.rails[r].alloc(n * this.bufBytes);
     const c = this.chunks.push(chunk) - 1;
+    this.chunkRail.push(r);
     while (this.count + n > this.railOf.length) this.resize();
     if (this.free[r].length < this.accounts[r].buffers + n) {
       const f = new Int32Array((this.accounts[r].buffers + n) * 2);

@@ -106,6 +106,7 @@ export class OfiEndpoint {
   private nextListener = 0;
   private readonly peers: Map<string, number>[];
   private retired: { region: OwnedRegion; at: number }[] = [];
+  private freed = false; // freeMemory ran
   readonly clock: () => number;
   readonly random: () => number;
 
@@ -211,6 +212,20 @@ export class OfiEndpoint {
     for (const c of [...this.live]) c.close();
     for (const l of this.listeners) l?.close();
     this.pool.close();
+  }
+
+  /**
+   * After close() and after the rails' endpoints closed: the memory this endpoint registered
+   * itself goes now, the bounce buffers, the regions still in quarantine and the flush line
+   * (nothing can write into them any more). Before, the collector freed it with the registrations left in
+   * place; the memory now stays until its registration is gone (native HostMem).
+   */
+  freeMemory(): void {
+    if (this.freed) return;
+    this.freed = true;
+    this.pool.freeChunks();
+    for (const x of this.retired.splice(0)) this.freeShared(x.region);
+    this.freeShared(this.line);
   }
 
   /** Why the bounce-buffer accounting is wrong, or undefined. */

@@ -301,6 +301,7 @@ export class OfiTransport implements Transport {
       this.endpoints[dev] = undefined;
       ep.close();
       for (const r of this.railsOf[dev]) r.close();
+      ep.freeMemory();
       this.railsOf[dev] = [];
     });
     this.portRef?.flush();
