@@ -18,6 +18,7 @@
 
 #include "../embed/host.h"
 #include "engine/engine.h"
+#include "wake_delays_js.h"
 #include "waker.h"
 
 namespace tsn {
@@ -237,6 +238,9 @@ Napi::Value ThreadCpu(const Napi::CallbackInfo& info) {
 // busy(): microseconds this thread spent in turns and control calls (not polling, not asleep).
 Napi::Value Busy(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(P->busyNs) / 1e3); }
 
+// wakes() -> how late this protocol thread took the wake-ups other threads sent it.
+Napi::Value Wakes(const Napi::CallbackInfo& info) { return wakeDelaysObject(info.Env(), P->waker.delays); }
+
 // traceOpen(path): opens (truncates) the process's trace file once and turns on timestamps;
 // false when it cannot be opened. traceWrite(text): appends, atomically per call.
 Napi::Value TraceOpen(const Napi::CallbackInfo& info) {
@@ -299,6 +303,7 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("now", Napi::Function::New(e, Now, "now"));
   o.Set("threadCpu", Napi::Function::New(e, ThreadCpu, "threadCpu"));
   o.Set("busy", Napi::Function::New(e, Busy, "busy"));
+  o.Set("wakes", Napi::Function::New(e, Wakes, "wakes"));
   o.Set("traceOpen", Napi::Function::New(e, TraceOpen, "traceOpen"));
   o.Set("traceWrite", Napi::Function::New(e, TraceWrite, "traceWrite"));
   o.Set("thread", tIndex < 0 ? 0 : tIndex);

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "wake_delays.h"
+
 namespace tsn {
 
 class Waker {
@@ -29,6 +31,7 @@ class Waker {
       ssize_t r = read(w->fd_, &v, sizeof v);
       (void)r;
       w->pending_.store(false, std::memory_order_seq_cst);
+      w->delays.woke();
       w->cb_();
     });
     return true;
@@ -37,10 +40,13 @@ class Waker {
   // Any thread, after publishing work with seq_cst (or release) stores.
   void wake() {
     if (pending_.exchange(true, std::memory_order_seq_cst)) return;
+    delays.asked();
     uint64_t one = 1;
     ssize_t r = write(fd_, &one, sizeof one);
     (void)r;
   }
+
+  WakeDelays delays;  // how late the plugin thread took the wake-ups (TSNET_STATS)
 
  private:
   int fd_ = -1;

@@ -1,5 +1,6 @@
 // The `tsnet` binding as the plugin sees it (native/binding.cc, native/engine/engine_js.cc).
 import type { LaneBinding } from './engine/native-link';
+import type { WakeDelays } from './stats';
 import type { OfiBinding } from './transports/ofi/native-rail';
 
 export interface Handlers {
@@ -40,6 +41,10 @@ export interface Binding extends LaneBinding, OfiBinding {
   ioTrace(on: boolean): void;
   /** CPU µs of each I/O thread. */
   ioStats(): Float64Array;
+  /** How late each I/O thread woke when asked to. */
+  ioWakes(): WakeDelays[];
+  /** How late the calling protocol thread took the wake-ups sent to it. */
+  wakes(): WakeDelays;
 }
 
 /** Posted request kinds in the mailbox (native/internal.h OpKind). */

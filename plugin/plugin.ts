@@ -12,7 +12,7 @@ import { Op } from './native';
 import { propertiesOf } from './properties';
 import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
-import { type ThreadStats, commStatsLine, threadStatsLine } from './stats';
+import { type ThreadStats, type WakeDelays, commStatsLine, threadStatsLine, wakeStatsLine } from './stats';
 import { Tracer } from './trace';
 import type { CommBase, Connector, Listener, RecvComm, SendComm, Transport } from './transports/transport';
 
@@ -35,6 +35,10 @@ export interface PluginHost {
   busy(): number;
   /** CPU microseconds of each I/O thread (thread 0 reports them). */
   ioCpu(): number[];
+  /** How late each I/O thread woke when asked to (thread 0 reports them). */
+  ioWakes(): WakeDelays[];
+  /** How late this protocol thread took the wake-ups sent to it. */
+  wakes(): WakeDelays;
   /** TSNET_TRACE: the process's trace file. */
   traceOpen(path: string): boolean;
   traceWrite(text: string): void;
@@ -399,9 +403,12 @@ export class Plugin {
       if (!this.ctxs.size && !this.comms.size && !this.listeners.size && !this.connecting.size) this.transport?.release?.();
       if (this.config?.stats) {
         log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy()));
+        log.info(wakeStatsLine(`protocol thread ${this.host.thread}`, [this.host.wakes()]));
         if (this.host.thread === 0) {
           const io = this.host.ioCpu();
           if (io.length) log.info(`stats: I/O threads CPU ${io.map((us) => `${(us / 1e6).toFixed(3)} s`).join(', ')}`);
+          const wakes = this.host.ioWakes();
+          if (wakes.length) log.info(wakeStatsLine(`${wakes.length} I/O thread(s)`, wakes));
         }
       }
       return {};

@@ -31,3 +31,44 @@ export function threadStatsLine(thread: number, s: ThreadStats, cpuNow: number, 
     `CPU ${(cpu / 1e6).toFixed(3)} s (${per(cpu)} us per request), busy ${(busy / 1e6).toFixed(3)} s (${per(busy)} us per request)`
   );
 }
+
+/** WakeDelays::kBuckets (native/wake_delays.h): the last bucket holds every longer delay. */
+export const WAKE_BUCKETS = 16;
+
+/** How late a sleeping thread woke when another asked it to (native/wake_delays.h). */
+export interface WakeDelays {
+  /** Wake-ups taken. */
+  count: number;
+  sumUs: number;
+  maxUs: number;
+  /** Bucket k: delays below 2^(k+1) µs (bucket 0: below 2 µs); the last bucket, the rest. */
+  buckets: number[];
+}
+
+/** The bound of the bucket that holds the q-quantile of the counts (q in (0, 1]). */
+function quantileBound(buckets: number[], q: number): string {
+  const total = buckets.reduce((a, b) => a + b, 0);
+  let seen = 0;
+  for (let k = 0; k < buckets.length; k++) {
+    seen += buckets[k];
+    if (seen >= q * total) return k >= WAKE_BUCKETS - 1 ? `>= ${2 ** k} us` : `< ${2 ** (k + 1)} us`;
+  }
+  return '-';
+}
+
+/**
+ * How late the threads named by `who` took wake-ups, all of theirs together: a host whose
+ * sleeping threads wake late (docs/performance.md) shows it here, where a trace would
+ * change the timing. The figures count since the process started.
+ */
+export function wakeStatsLine(who: string, all: WakeDelays[]): string {
+  const count = all.reduce((a, w) => a + w.count, 0);
+  if (!count) return `stats: wake-ups of ${who}: none`;
+  const buckets = Array.from({ length: WAKE_BUCKETS }, (_, k) => all.reduce((a, w) => a + (w.buckets[k] ?? 0), 0));
+  const sum = all.reduce((a, w) => a + w.sumUs, 0);
+  const max = Math.max(...all.map((w) => w.maxUs));
+  return (
+    `stats: wake-ups of ${who}: ${count}, mean ${(sum / count).toFixed(1)} us, median ${quantileBound(buckets, 0.5)}, ` +
+    `p99 ${quantileBound(buckets, 0.99)}, max ${max.toFixed(0)} us`
+  );
+}

@@ -686,6 +686,7 @@ void threadMain(IoThread* t) {
         uint64_t v;
         ssize_t rr = read(t->ev, &v, sizeof v);
         (void)rr;
+        t->wakes.woke();
         continue;
       }
       Lane* l = static_cast<Lane*>(evs[i].data.ptr);
@@ -701,6 +702,7 @@ void threadMain(IoThread* t) {
 
 void wakeThread(IoThread* t) {
   if (__atomic_exchange_n(&E->sleeping[t->index], 0, __ATOMIC_SEQ_CST) == 1) {
+    t->wakes.asked();
     uint64_t one = 1;
     ssize_t w = write(t->ev, &one, sizeof one);
     (void)w;

@@ -11,7 +11,7 @@ constexpr int kMaxPorts = 16;  // protocol threads, each with its own rings to e
 // True when I/O threads left completions for this protocol thread (any thread may ask).
 bool enginePortHasWork(int port);
 
-// Adds the io* functions (ioStart, ioPort, ioAdopt, ioWake, ioClose, ioCancel, ioStats) to
+// Adds the io* functions (ioStart, ioPort, ioAdopt, ioWake, ioClose, ioCancel, ioStats, ioWakes) to
 // the binding's exports of the calling protocol thread.
 void engineRegister(napi_env env, napi_value exports);
 

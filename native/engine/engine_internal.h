@@ -14,6 +14,7 @@
 
 #include "engine.h"
 #include "ring.h"
+#include "../wake_delays.h"
 
 namespace tsn {
 class OfiEndpoint;
@@ -118,6 +119,7 @@ struct IoThread {
   Op* freeOps = nullptr;
   std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread
   uint64_t spinNs = 0;  // after work, poll this long before sleeping (TSNET_SPIN_US)
+  WakeDelays wakes;     // how late it woke when asked to (ioWakes, TSNET_STATS)
   uint64_t noWaitNs = 50000;  // sleep between polls of endpoints without a wait fd, after activity (TSNET_OFI_POLL_US)
   uint8_t* scratch = nullptr;
   // A call into libfabric (or CUDA) may never return (docs/ofi-facts.md). The thread counts its

@@ -17,6 +17,7 @@
 
 #include "../binding.h"
 #include "../internal.h"
+#include "../wake_delays_js.h"
 #include "engine_internal.h"
 
 namespace tsn {
@@ -278,6 +279,16 @@ Napi::Value IoStats(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// ioWakes() -> per I/O thread, how late it woke when asked to: { count, sumUs, maxUs, buckets }
+// (bucket k: below 2^(k+1) us; the last, the rest).
+Napi::Value IoWakes(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int n = E ? static_cast<int>(E->threads.size()) : 0;
+  Napi::Array out = Napi::Array::New(env, n);
+  for (int i = 0; i < n; i++) out.Set(i, wakeDelaysObject(env, E->threads[i]->wakes));
+  return out;
+}
+
 }  // namespace
 
 bool enginePortHasWork(int port) {
@@ -300,6 +311,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioCancel", Napi::Function::New(e, IoCancel, "ioCancel"));
   o.Set("ioTrace", Napi::Function::New(e, IoTrace, "ioTrace"));
   o.Set("ioStats", Napi::Function::New(e, IoStats, "ioStats"));
+  o.Set("ioWakes", Napi::Function::New(e, IoWakes, "ioWakes"));
   o.Set("ioStalls", Napi::Function::New(e, IoStalls, "ioStalls"));
   ofiRegister(env, exports);
 }

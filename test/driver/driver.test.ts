@@ -220,6 +220,24 @@ describe('C driver, TCP, --procs 2, v12, teardown with TSNET_PROTOCOL_THREADS', 
     }, 120_000);
 });
 
+// TSNET_STATS through the .so: without a busy-poll window every hand-over between threads is a
+// wake-up, and each process reports how late its protocol thread and its I/O threads took them.
+describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
+  it('each process reports the wake-ups of protocol thread 0 and of its I/O threads, with their delays', async () => {
+    requireLib();
+    const r = await runDriver(['transfer', '--procs', '2', '--version', '12', '--verbose'], { ...TCP, TSNET_STATS: '1', TSNET_SPIN_US: '0' });
+    expectClean(r);
+    const q = '(< \\d+|>= \\d+) us';
+    const line = (who: string) =>
+      new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: wake-ups of ${who}: (\\d+), mean [\\d.]+ us, median ${q}, p99 ${q}, max \\d+ us$`, 'gm');
+    const proto = [...r.err.matchAll(line('protocol thread 0'))];
+    const io = [...r.err.matchAll(line('\\d+ I/O thread\\(s\\)'))];
+    expect(new Set(proto.map((m) => m[1])).size, r.err.slice(-3000)).toBe(2); // both processes
+    expect(new Set(io.map((m) => m[1])).size).toBe(2);
+    for (const m of [...proto, ...io]) expect(Number(m[2])).toBeGreaterThan(0);
+  }, 120_000);
+});
+
 describe('C driver, TCP, --procs 1, v12', () => {
   let result: Run;
 

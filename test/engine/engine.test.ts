@@ -1203,3 +1203,24 @@ describe.skipIf(!!missing)('engine: I/O threads stuck inside a provider call (io
     expect(again.map((s) => s.thread)).toEqual([1]);
   });
 });
+
+describe.skipIf(!!missing)('engine: how late I/O threads wake (ioWakes)', () => {
+  it('counts each wake-up a sleeping thread was asked for, with its delay in a power-of-two bucket', async () => {
+    const before = A.ioWakes();
+    expect(before).toHaveLength(IO_THREADS);
+    for (const w of before) expect(w.buckets).toHaveLength(16);
+    const sleeping = A.ioPort().sleeping;
+    for (let k = 0; k < 3; k++) {
+      // No busy-poll window here (ioStart with 0): an idle thread sleeps within a pass.
+      await until(() => Atomics.load(sleeping, 1) === 1, 2000, 'I/O thread 1 to sleep', []);
+      A.ioWake(1);
+      await until(() => A.ioWakes()[1].count === before[1].count + k + 1, 2000, `wake-up ${k + 1} to be counted`, []);
+    }
+    const w = A.ioWakes()[1];
+    const sum = (b: number[]) => b.reduce((a, x) => a + x, 0);
+    expect(sum(w.buckets) - sum(before[1].buckets)).toBe(3);
+    expect(w.maxUs).toBeGreaterThan(0);
+    expect(w.sumUs - before[1].sumUs).toBeGreaterThan(0);
+    expect(w.sumUs - before[1].sumUs).toBeLessThanOrEqual(3 * w.maxUs + 1e-6);
+  });
+});

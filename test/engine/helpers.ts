@@ -20,6 +20,7 @@ export interface EngineAddon extends LaneBinding {
   setVerbose(on: boolean): void;
   ioTrace(on: boolean): void;
   ioStats(): Float64Array;
+  ioWakes(): { count: number; sumUs: number; maxUs: number; buckets: number[] }[];
   addressOf(buffer: ArrayBuffer): number;
   socketPair(): [number, number];
   lanes(): number;

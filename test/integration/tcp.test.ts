@@ -99,6 +99,8 @@ function side(env: Env) {
     threadCpu: () => 0,
     busy: () => 0,
     ioCpu: () => [],
+    ioWakes: () => [],
+    wakes: () => ({ count: 0, sumUs: 0, maxUs: 0, buckets: [] }),
     traceOpen: () => false,
     traceWrite: () => {},
     now: () => performance.now() * 1000,

@@ -10,6 +10,7 @@ import { POST, SLOT, SlotState } from '../../plugin/engine/records';
 import type { Regions } from '../../plugin/memory';
 import { Op } from '../../plugin/native';
 import { Plugin, type PluginHost } from '../../plugin/plugin';
+import type { WakeDelays } from '../../plugin/stats';
 import { LoopbackTransport } from '../../plugin/transports/loopback';
 import { KiB, MiB, allBytes, captureLog, fill, firstDiff, settle } from './helpers';
 
@@ -59,6 +60,15 @@ class FakeHost implements PluginHost {
   }
   ioCpu(): number[] {
     return [1.5e6, 2.25e6];
+  }
+  ioWakes(): WakeDelays[] {
+    return [
+      { count: 3, sumUs: 30, maxUs: 14, buckets: [0, 1, 1, 1] },
+      { count: 1, sumUs: 2500, maxUs: 2500, buckets: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] },
+    ];
+  }
+  wakes(): WakeDelays {
+    return this.thread === 0 ? { count: 4, sumUs: 8, maxUs: 3, buckets: [3, 1] } : { count: 0, sumUs: 0, maxUs: 0, buckets: [] };
   }
   traceOpen(path: string): boolean {
     this.traceFiles.push(path);
@@ -787,7 +797,10 @@ describe('TSNET_STATS', () => {
     expect(t.call('finalize', { ctx })).toEqual({});
     expect(infos().filter((m) => m.startsWith('stats: ')).slice(2)).toEqual([
       expect.stringMatching(/^stats: protocol thread 0: 6 requests in \d+\.\d\d s; CPU 0\.006 s \(1000\.00 us per request\), busy 0\.003 s \(500\.00 us per request\)$/),
+      'stats: wake-ups of protocol thread 0: 4, mean 2.0 us, median < 2 us, p99 < 4 us, max 3 us',
       'stats: I/O threads CPU 1.500 s, 2.250 s',
+      // 4 wake-ups: one each below 4, 8 and 16 us, one of 2.5 ms (below 4096 us)
+      'stats: wake-ups of 2 I/O thread(s): 4, mean 632.5 us, median < 8 us, p99 < 4096 us, max 2500 us',
     ]);
   });
 
@@ -797,6 +810,7 @@ describe('TSNET_STATS', () => {
     expect(t.call('finalize', { ctx: 5 })).toEqual({});
     expect(infos().filter((m) => m.startsWith('stats: '))).toEqual([
       expect.stringMatching(/^stats: protocol thread 2: 0 requests in \d+\.\d\d s; CPU 0\.000 s \(- us per request\), busy 0\.000 s \(- us per request\)$/),
+      'stats: wake-ups of protocol thread 2: none',
     ]);
   });
 
