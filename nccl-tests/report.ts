@@ -22,25 +22,26 @@ export interface Run extends Parsed {
 }
 
 /** run.sh's variants in the order of the tables and the plot; others follow, by name. */
-export const VARIANT_ORDER = ['tsnet-ofi-ipc', 'tsnet-ofi', 'tsnet-ofi-rails', 'tsnet-ofi-host', 'tsnet', 'socket', 'socket-tuned'];
+export const VARIANT_ORDER = ['tsnet-ofi-ipc', 'tsnet-ofi', 'tsnet-ofi-rails', 'tsnet-ofi-rails-comm', 'tsnet-ofi-host', 'tsnet', 'socket', 'socket-tuned'];
 const LABEL: Record<string, string> = {
   'tsnet-ofi-ipc': 'tsnet over ofi, CUDA IPC',
   'tsnet-ofi': 'tsnet over ofi (GDR)',
   'tsnet-ofi-rails': 'tsnet over ofi (host staging, 4 rails)',
+  'tsnet-ofi-rails-comm': 'tsnet over ofi (host staging, 4 rails, small messages on one per comm)',
   'tsnet-ofi-host': 'tsnet over ofi (host staging)',
   tsnet: 'tsnet over TCP',
   socket: 'Socket (defaults)',
   'socket-tuned': 'Socket (4 threads x 4 sockets)',
 };
 /** Short names for the table's headers: `X busbw` and `X / Y`. */
-const COLUMN: Record<string, string> = { 'tsnet-ofi-ipc': 'ofi-ipc', 'tsnet-ofi': 'ofi', 'tsnet-ofi-rails': 'ofi-rails', 'tsnet-ofi-host': 'ofi-host', tsnet: 'tsnet', socket: 'Socket', 'socket-tuned': 'Socket tuned' };
+const COLUMN: Record<string, string> = { 'tsnet-ofi-ipc': 'ofi-ipc', 'tsnet-ofi': 'ofi', 'tsnet-ofi-rails': 'ofi-rails', 'tsnet-ofi-rails-comm': 'ofi-rails-comm', 'tsnet-ofi-host': 'ofi-host', tsnet: 'tsnet', socket: 'Socket', 'socket-tuned': 'Socket tuned' };
 const DENOMINATOR: Record<string, string> = { ...COLUMN, 'socket-tuned': 'tuned' };
 
 const isTsnet = (v: string) => v === 'tsnet' || v.startsWith('tsnet-');
 const isOfi = (v: string) => v.startsWith('tsnet-ofi');
 /** Variants whose channels should all be GPUDirect, and those that must have none. */
 const GDR_WANTED = new Set(['tsnet-ofi', 'tsnet-ofi-ipc']);
-const GDR_OFF = new Set(['tsnet-ofi-host', 'tsnet-ofi-rails']);
+const GDR_OFF = new Set(['tsnet-ofi-host', 'tsnet-ofi-rails', 'tsnet-ofi-rails-comm']);
 
 export function orderVariants(present: Iterable<string>): string[] {
   const set = new Set(present);

@@ -25,6 +25,8 @@
 #                             stages through host memory
 #             tsnet-ofi-rails tsnet-ofi-host over 4 rails (OFI_NCCL_FORCE_NUM_RAILS=4): with shm, every
 #                             rail an endpoint of its own, so a comm copies on 4 I/O threads
+#             tsnet-ofi-rails-comm  tsnet-ofi-rails with TSNET_OFI_SMALL_RAIL=comm: each comm's
+#                             small and single-stripe messages and control messages on one rail
 #             socket          NCCL's Socket transport, defaults
 #             socket-tuned    Socket with NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4
 #             The ofi variants take the provider and library from EXTRA_ENV (FI_PROVIDER=shm,
@@ -60,6 +62,7 @@ variant_env() {
     tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1 TSNET_OFI_GPU_IPC=1 NCCL_CUMEM_ENABLE=0" ;;
     tsnet-ofi-host) echo "$ofi NCCL_NET_GDR_LEVEL=LOC" ;;
     tsnet-ofi-rails) echo "$ofi NCCL_NET_GDR_LEVEL=LOC OFI_NCCL_FORCE_NUM_RAILS=4" ;;
+    tsnet-ofi-rails-comm) echo "$ofi NCCL_NET_GDR_LEVEL=LOC OFI_NCCL_FORCE_NUM_RAILS=4 TSNET_OFI_SMALL_RAIL=comm" ;;
     socket) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none" ;;
     socket-tuned) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;

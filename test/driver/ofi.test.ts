@@ -126,6 +126,30 @@ describe.skipIf(!HAVE_LIBFABRIC)('C driver, libfabric shm, OFI_NCCL_FORCE_NUM_RA
   });
 });
 
+// The same with TSNET_OFI_SMALL_RAIL=comm: each comm's small messages, single-stripe writes
+// and control messages on its home rail, larger messages still striped over the three.
+describe.skipIf(!HAVE_LIBFABRIC)('C driver, libfabric shm, 3 rails, TSNET_OFI_SMALL_RAIL=comm', () => {
+  const scenarios = ['transfer', 'inflight', 'grouped', 'pushback'];
+  let pair: Run;
+  beforeAll(async () => {
+    requireLib();
+    pair = await run([scenarios.join(','), '--procs', '2', '--version', '12', '--verbose'], 'shm', {
+      OFI_NCCL_FORCE_NUM_RAILS: '3',
+      TSNET_OFI_SMALL_RAIL: 'comm',
+    });
+    console.log(`driver over ofi shm, 3 rails, one home rail per comm: --procs 2 ${pair.seconds.toFixed(1)} s`);
+  }, 600_000);
+
+  it('exits 0 with no failed check, 64 MiB validated, and says which schedule it took', () => {
+    expect(pair.out.split('\n').filter((l) => l.startsWith('not ok')), pair.err.slice(-4000)).toEqual([]);
+    expect(pair.status).toBe(0);
+    expect(pair.out).toMatch(new RegExp(`^ok - v12 transfer \\[recv\\]: recv of ${64 << 20} bytes: data equal`, 'm'));
+    expect(pair.err).toMatch(/ofi small messages' rails = one per comm \(TSNET_OFI_SMALL_RAIL\)/);
+  });
+
+  for (const scenario of scenarios) it(scenario, () => expectScenario(pair.out, scenario));
+});
+
 // shm refuses to start when /dev/shm is short of space (a container's default is 64 MiB): init
 // fails with a WARN that gives the space, not only "no provider". A 4 MiB tmpfs over /dev/shm in
 // a private mount namespace (`unshare -m`): needs root, skipped otherwise.

@@ -53,8 +53,17 @@ describe('ofi config', () => {
     expect(() => read({ TSNET_OFI_CUDA_API: 'sometimes' })).toThrow(/TSNET_OFI_CUDA_API=sometimes: expected 0 or 1/);
   });
 
+  it('TSNET_OFI_SMALL_RAIL: round-robin by default (aws-ofi-nccl), or one rail per comm', () => {
+    expect(OFI_DEFAULTS.smallRail).toBe('rr');
+    expect(readOfiConfig({}).lines).toContain("ofi small messages' rails = round-robin (default)");
+    const { config, lines } = readOfiConfig({ TSNET_OFI_SMALL_RAIL: ' Comm ' });
+    expect(config.smallRail).toBe('comm');
+    expect(lines).toContain("ofi small messages' rails = one per comm (TSNET_OFI_SMALL_RAIL)");
+    expect(read({ TSNET_OFI_SMALL_RAIL: 'rr' }).smallRail).toBe('rr');
+  });
+
   it('an empty variable counts as unset', () => {
-    expect(read({ OFI_NCCL_EAGER_MAX_SIZE: '', TSNET_FLUSH: '' })).toEqual(OFI_DEFAULTS);
+    expect(read({ OFI_NCCL_EAGER_MAX_SIZE: '', TSNET_FLUSH: '', TSNET_OFI_SMALL_RAIL: '' })).toEqual(OFI_DEFAULTS);
   });
 
   it.each([
@@ -65,6 +74,7 @@ describe('ofi config', () => {
     ['OFI_NCCL_RR_CTRL_MSG', 'maybe', 'expected 0 or 1'],
     ['OFI_NCCL_GDR_FLUSH_DISABLE', '2', 'expected 0 or 1'],
     ['TSNET_FLUSH', 'sometimes', 'expected auto, read, write-read or none'],
+    ['TSNET_OFI_SMALL_RAIL', 'home', 'expected rr or comm'],
   ])('%s=%s is an error naming the variable', (name, value, why) => {
     let err: unknown;
     try {

@@ -2,7 +2,7 @@
 // both ends agree on the smaller count, rail i runs on NIC i mod NICs, control messages on
 // rail 0 or round-robin.
 import { describe, expect, it } from 'vitest';
-import { CtrlRails, commRails, deviceRails, nicOf } from '../../plugin/transports/ofi/policy/rails';
+import { CtrlRails, commRails, deviceRails, homeRail, nicOf } from '../../plugin/transports/ofi/policy/rails';
 
 describe('rail choice', () => {
   it('a device offers one rail per NIC, at most 4', () => {
@@ -27,5 +27,14 @@ describe('rail choice', () => {
     expect([1, 2, 3, 4].map(() => fixed.pick())).toEqual([0, 0, 0, 0]);
     const rr = new CtrlRails(3, true);
     expect([1, 2, 3, 4, 5].map(() => rr.pick())).toEqual([0, 1, 2, 0, 1]);
+  });
+
+  it('TSNET_OFI_SMALL_RAIL=comm: control messages always on the home rail, whatever OFI_NCCL_RR_CTRL_MSG says', () => {
+    expect([4, 5, 6, 7, 8].map((id) => homeRail(id, 4))).toEqual([0, 1, 2, 3, 0]);
+    expect(homeRail(7, 1)).toBe(0);
+    for (const rr of [false, true]) {
+      const home = new CtrlRails(4, rr, homeRail(6, 4));
+      expect([1, 2, 3, 4, 5].map(() => home.pick())).toEqual([2, 2, 2, 2, 2]);
+    }
   });
 });

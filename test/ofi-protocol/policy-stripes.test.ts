@@ -74,6 +74,19 @@ describe('StripeScheduler', () => {
     expect(plan(s, 256).map((g) => g.rail)).toEqual([2, 3]);
   });
 
+  it('with a home rail (TSNET_OFI_SMALL_RAIL=comm) small and single-stripe messages stay on it; larger ones still stripe', () => {
+    const s = new StripeScheduler(4, 4 * KiB, 64, 1 << 30, 3);
+    expect([1, 2, 3].map(() => s.pickSmall())).toEqual([3, 3, 3]);
+    expect([0, 10, 63, 64, 4 * KiB].map((n) => plan(s, n))).toEqual([0, 10, 63, 64, 4 * KiB].map((n) => [{ rail: 3, offset: 0, len: n }]));
+    expect(plan(s, 16 * KiB).map((g) => g.rail)).toEqual([0, 1, 2, 3]); // 4 stripes: every rail
+    expect(plan(s, 8 * KiB).map((g) => g.rail)).toEqual([0, 1]); // 2 stripes, from the second counter
+    expect(plan(s, 100)).toEqual([{ rail: 3, offset: 0, len: 100 }]);
+    // a stripe larger than max_msg_size is cut on the home rail
+    expect(new StripeScheduler(2, 1 << 20, 64, 1000, 1).plan(2500, new Schedule())).toBe(true);
+    const cut = plan(new StripeScheduler(2, 1 << 20, 64, 1000, 1), 2500);
+    expect(cut).toEqual([{ rail: 1, offset: 0, len: 1000 }, { rail: 1, offset: 1000, len: 1000 }, { rail: 1, offset: 2000, len: 500 }]);
+  });
+
   it('cuts a stripe larger than max_msg_size on its rail, and refuses more than 14 segments', () => {
     const s = new StripeScheduler(2, 1024, 64, 1000);
     const segs = plan(s, 4000);

@@ -95,7 +95,7 @@ describe('parseLog', () => {
 });
 
 describe('variants and ratio columns', () => {
-  const all = ['tsnet-ofi-ipc', 'tsnet-ofi', 'tsnet-ofi-rails', 'tsnet-ofi-host', 'tsnet', 'socket', 'socket-tuned'];
+  const all = ['tsnet-ofi-ipc', 'tsnet-ofi', 'tsnet-ofi-rails', 'tsnet-ofi-rails-comm', 'tsnet-ofi-host', 'tsnet', 'socket', 'socket-tuned'];
 
   it('orders the variants present in the known order, unknown ones last', () => {
     expect(orderVariants(['socket-tuned', 'tsnet', 'tsnet-ofi-host', 'socket'])).toEqual(['tsnet-ofi-host', 'tsnet', 'socket', 'socket-tuned']);
@@ -112,12 +112,14 @@ describe('variants and ratio columns', () => {
       ['tsnet-ofi-ipc', 'socket-tuned'],
       ['tsnet-ofi', 'socket-tuned'],
       ['tsnet-ofi-rails', 'socket-tuned'],
+      ['tsnet-ofi-rails-comm', 'socket-tuned'],
       ['tsnet-ofi-host', 'socket-tuned'],
       ['tsnet', 'socket'],
       ['tsnet', 'socket-tuned'],
       ['tsnet-ofi-ipc', 'tsnet'],
       ['tsnet-ofi', 'tsnet'],
       ['tsnet-ofi-rails', 'tsnet'],
+      ['tsnet-ofi-rails-comm', 'tsnet'],
       ['tsnet-ofi-host', 'tsnet'],
     ]);
     expect(ratioColumns(['tsnet-ofi', 'socket'])).toEqual([['tsnet-ofi', 'socket']]);
@@ -162,12 +164,13 @@ describe('checks', () => {
     expect(checksTable([r])[2]).toContain('| send 1/1, recv 0/1 (*not all channels GDRDMA*) |');
   });
 
-  it('fails tsnet-ofi-host and tsnet-ofi-rails with any GDRDMA channel', () => {
+  it('fails tsnet-ofi-host, tsnet-ofi-rails and tsnet-ofi-rails-comm with any GDRDMA channel', () => {
     const r = run('tsnet-ofi-host', { channels: [PLAIN_SEND, GDR_RECV] });
     expect(problems(r)).toEqual(['GDRDMA with GDR off (send 0/1, recv 1/1)']);
     expect(checksTable([r])[2]).toContain('(**GDRDMA with GDR off**)');
     expect(problems(run('tsnet-ofi-rails', { channels: [GDR_SEND, PLAIN_RECV] }))).toEqual(['GDRDMA with GDR off (send 1/1, recv 0/1)']);
     expect(problems(run('tsnet-ofi-rails', { channels: [PLAIN_SEND, PLAIN_RECV] }))).toEqual([]);
+    expect(problems(run('tsnet-ofi-rails-comm', { channels: [GDR_SEND, PLAIN_RECV] }))).toEqual(['GDRDMA with GDR off (send 1/1, recv 0/1)']);
   });
 
   it('applies the tsnet checks to every tsnet variant, and the transport check to the ofi ones', () => {

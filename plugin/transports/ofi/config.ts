@@ -13,6 +13,13 @@ export interface OfiConfig {
   smallRrMax: number;
   /** Control messages round-robin over rails instead of rail 0 (OFI_NCCL_RR_CTRL_MSG). */
   rrCtrl: boolean;
+  /**
+   * TSNET_OFI_SMALL_RAIL: 'rr' (aws-ofi-nccl's schedule): eager messages, single-stripe writes
+   * and control messages take turns over the rails; 'comm': each comm keeps them on one rail
+   * of its own (its home rail: the sending comm's id modulo the rails), so that a comm's small
+   * traffic crosses one I/O thread per side, and only messages of several stripes spread.
+   */
+  smallRail: SmallRail;
   /** Rails a device uses, repeating or dropping NICs; 0: one per NIC (OFI_NCCL_FORCE_NUM_RAILS). */
   forceRails: number;
   /** Bounce buffers posted per endpoint, spread over its rails (OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS). */
@@ -36,6 +43,8 @@ export interface OfiConfig {
 
 type Env = Record<string, string | undefined>;
 
+export type SmallRail = 'rr' | 'comm';
+
 /** Most rails a device may have: one key per rail fits a 64-byte control entry. */
 export const MAX_RAILS = 4;
 
@@ -44,6 +53,7 @@ export const OFI_DEFAULTS: OfiConfig = {
   minStripe: 128 * 1024,
   smallRrMax: 64,
   rrCtrl: true,
+  smallRail: 'rr',
   forceRails: 0,
   bouncePosted: 64,
   flush: { method: 'read', all: false },
@@ -91,6 +101,12 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const rrCtrl = rr ?? d.rrCtrl;
   note('control messages round-robin', rrCtrl, 'OFI_NCCL_RR_CTRL_MSG', rr !== undefined);
 
+  const srRaw = env.TSNET_OFI_SMALL_RAIL;
+  const sr = srRaw === undefined || srRaw === '' ? undefined : srRaw.trim().toLowerCase();
+  if (sr !== undefined && sr !== 'rr' && sr !== 'comm') throw invalidArgument(`TSNET_OFI_SMALL_RAIL=${srRaw}: expected rr or comm`);
+  const smallRail: SmallRail = (sr as SmallRail | undefined) ?? d.smallRail;
+  note('small messages\' rails', smallRail === 'rr' ? 'round-robin' : 'one per comm', 'TSNET_OFI_SMALL_RAIL', sr !== undefined);
+
   const force = int(env, 'OFI_NCCL_FORCE_NUM_RAILS', 0, MAX_RAILS);
   const forceRails = force ?? d.forceRails;
   if (forceRails) note('rails', forceRails, 'OFI_NCCL_FORCE_NUM_RAILS', true);
@@ -120,5 +136,5 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const cudaApi = api ?? d.cudaApi;
   if (cudaApi) note('GPU memory even where libfabric calls CUDA on tsnet\'s threads (can deadlock)', true, 'TSNET_OFI_CUDA_API', true);
 
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, forceRails, bouncePosted, flush, gpuIpc, cudaApi }, lines };
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, forceRails, bouncePosted, flush, gpuIpc, cudaApi }, lines };
 }

@@ -24,7 +24,7 @@ import { OpKind, SETUP_MESSAGE } from './ops';
 import { statusName } from './status';
 import { EAGER_HEADER_BYTES } from './policy/eager';
 import { FLUSH_LINE, FlushAction, flushAction, flushBytes } from './policy/flush';
-import { CtrlRails } from './policy/rails';
+import { CtrlRails, homeRail } from './policy/rails';
 import {
   ACK_SPAN,
   type Connect,
@@ -147,7 +147,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       this.mbKeyLo[l] = k.lo;
       this.mbKeyHi[l] = k.hi;
     }
-    this.ctrlRails = new CtrlRails(this.rails, ep.config.rrCtrl);
+    this.ctrlRails = new CtrlRails(this.rails, ep.config.rrCtrl, ep.config.smallRail === 'comm' ? homeRail(c.comm, this.rails) : -1);
     this.acks = (c.flags & CONNECT_GPU_IPC) !== 0 && c.pid !== ep.pid;
   }
 

@@ -22,6 +22,7 @@ import { SharedSendMatcher, type MatchSink } from './matcher';
 import { OpKind, SETUP_MESSAGE } from './ops';
 import { statusName } from './status';
 import { EAGER_HEADER_BYTES, eagerLimit, mayGoEager } from './policy/eager';
+import { homeRail } from './policy/rails';
 import { Schedule, StripeScheduler } from './policy/stripes';
 import {
   ENTRY_ADDR_HI,
@@ -188,7 +189,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     // The listener saw our CONNECT_GPU_IPC and pid, and decides the same way.
     this.ipc = this.ep.config.gpuIpc && a.pid !== this.ep.pid;
     const maxMsg = Math.min(...this.ep.rails.map((r) => r.maxMsgSize));
-    this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg);
+    const home = this.ep.config.smallRail === 'comm' ? homeRail(this.id, this.rails) : -1;
+    this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg, home);
     this.connected = true;
     this.heard();
     log.info(

@@ -3,6 +3,8 @@
 // rails) stripes, reduced to a divisor of the rail count, each a multiple of 128 bytes (but
 // the last), on consecutive rails from a second round-robin counter (aws-ofi-nccl's threshold
 // scheduler). A stripe longer than the provider's max_msg_size is cut again on its rail.
+// With a home rail (TSNET_OFI_SMALL_RAIL=comm) small messages and messages of one stripe all
+// go on it; messages of several stripes are cut as above.
 
 export const STRIPE_ALIGN = 128;
 /** Segments one sub-receive may be written in: 4 bits of immediate data, 0 and 15 reserved. */
@@ -39,10 +41,12 @@ export class StripeScheduler {
     private readonly minStripe: number,
     private readonly smallMax: number,
     private readonly maxMsgSize: number,
+    private readonly home = -1,
   ) {}
 
-  /** The rail of the next small message (eager messages take turns with small writes). */
+  /** The rail of the next small message (eager messages take turns with small writes), or home. */
   pickSmall(): number {
+    if (this.home >= 0) return this.home;
     const rail = this.small;
     this.small = (rail + 1) % this.rails;
     return rail;
@@ -53,6 +57,7 @@ export class StripeScheduler {
     out.n = 0;
     if (size < this.smallMax) return this.add(out, this.pickSmall(), 0, size);
     const count = stripeCount(size, this.rails, this.minStripe);
+    if (count === 1 && this.home >= 0) return this.add(out, this.home, 0, size);
     const each = stripeBytes(size, count);
     // 128-byte rounding can leave the last stripes empty (tiny messages): those are not sent.
     let rail = this.big;
