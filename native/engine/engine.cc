@@ -787,16 +787,48 @@ std::unordered_set<uint32_t>& closedHere() {
   return ids;
 }
 
+StuckWatch::StuckWatch() : startNs(nowNs()) {
+  if (E)
+    for (IoThread* t : E->threads) passes.push_back(t->passes.load(std::memory_order_relaxed));
+}
+
+// Inside a provider call now, and no pass finished since the wait began, for at least half the
+// link timeout (1 s at least): what ioStalls would call a stall. Such a call may never return
+// (docs/ofi-facts.md), so waiting on for the thread only makes the caller hang with it.
+bool StuckWatch::stuck(IoThread* t) const {
+  if (t->callLane.load(std::memory_order_acquire) == 0) return false;
+  uint32_t now = t->passes.load(std::memory_order_relaxed);
+  if (t->stuckPass.load(std::memory_order_relaxed) == static_cast<uint64_t>(now) + 1) return true;  // found before, same call
+  uint64_t limit = std::max<uint64_t>(1'000'000'000ull, E->lingerNs / 2);
+  if (now != passes[t->index] || nowNs() - startNs < limit) return false;
+  t->stuckPass.store(static_cast<uint64_t>(now) + 1, std::memory_order_relaxed);
+  return true;
+}
+
+IoThread* StuckWatch::anyStuck() const {
+  if (!E) return nullptr;
+  for (IoThread* t : E->threads)
+    if (stuck(t)) return t;
+  return nullptr;
+}
+
 // Waits until the I/O thread of lane has taken every submission the calling protocol thread
-// made so far: they are then in the lane's queues, where cancel and close find them.
-bool syncSubs(int port, IoThread* t) {
+// made so far: they are then in the lane's queues, where cancel and close find them. Gives up
+// after 10 s, or sooner when the thread is stuck inside a provider call (*stuck then).
+bool syncSubs(int port, IoThread* t, bool* stuck) {
+  if (stuck) *stuck = false;
   Ring<tsn_sub_t>& ring = E->ports[port].load()->sub[t->index];
   uint32_t tail = ring.hdr->tail;
   if (loadAcquire(&ring.hdr->head) == tail) return true;
   wakeThread(t);
-  uint64_t until = nowNs() + 10'000'000'000ull;
+  StuckWatch watch;
+  uint64_t until = watch.startNs + 10'000'000'000ull;
   while (loadAcquire(&ring.hdr->head) != tail) {
     if (nowNs() > until) return false;
+    if (watch.stuck(t)) {
+      if (stuck) *stuck = true;
+      return false;
+    }
     sched_yield();
   }
   return true;
@@ -810,8 +842,9 @@ void cancelLane(Lane* l, bool graceful, bool* partial, bool* hard) {
     // libfabric; a provider can hang there for good (shm, when a peer died holding a lock of
     // theirs: docs/ofi-facts.md): then the endpoint is abandoned rather than the caller hung.
     std::unique_lock<std::mutex> g(l->mu, std::defer_lock);
+    StuckWatch watch;
     for (int k = 0; !g.try_lock(); k++) {
-      if (k == 5000) {
+      if (k == 5000 || watch.stuck(l->t)) {
         log(kLogWarn, "ofi: lane %u: its I/O thread is stuck inside libfabric; the endpoint is abandoned", l->id);
         l->quiet = true;  // racy but only ever set: at worst one more completion is reported
         return;

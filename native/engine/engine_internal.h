@@ -131,6 +131,9 @@ struct IoThread {
   uint32_t seenPasses = 0;
   uint64_t seenSinceNs = 0;
   bool stallReported = false;
+  // Found stuck inside a provider call (by ioStalls or a StuckWatch): its pass count then, plus
+  // one; 0: never. Later waits give up at once while it is still in that pass.
+  std::atomic<uint64_t> stuckPass{0};
 };
 
 // Marks the calling I/O thread as inside a provider call of lane l for its scope.
@@ -192,7 +195,16 @@ Lane* laneOf(uint32_t id);
 std::unordered_set<uint32_t>& closedHere();
 void wakeThread(IoThread* t);
 void postAdmin(IoThread* t, Admin* a);
-bool syncSubs(int port, IoThread* t);
+// What a protocol thread waiting on I/O threads checks: whether one of them has been inside one
+// provider call, without finishing a pass, since the wait began and for a stall's time.
+struct StuckWatch {
+  uint64_t startNs;
+  std::vector<uint32_t> passes;  // per I/O thread, when the wait began
+  StuckWatch();
+  bool stuck(IoThread* t) const;
+  IoThread* anyStuck() const;
+};
+bool syncSubs(int port, IoThread* t, bool* stuck = nullptr);
 void cancelLane(Lane* l, bool graceful, bool* partial, bool* hard);
 void cancelRange(Lane* l, size_t base, size_t len, int* reads, int* writes);
 

@@ -191,7 +191,10 @@ Napi::Value IoClose(const Napi::CallbackInfo& info) {
   bool graceful = info.Length() > 1 && info[1].ToBoolean().Value();
   IoThread* t = l->t;
   closedHere().insert(l->id);
-  if (!syncSubs(l->port, t)) log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions within 10 s", t->index, l->id);
+  bool stuck = false;
+  if (!syncSubs(l->port, t, &stuck))
+    log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions %s", t->index, l->id,
+        stuck ? "(it is stuck inside a provider call)" : "within 10 s");
   bool partial = false, hard = true;
   cancelLane(l, graceful, &partial, &hard);
   // Not graceful: the lane lives until this kRetire. Graceful: the I/O thread may end the close
@@ -254,6 +257,7 @@ Napi::Value IoStalls(const Napi::CallbackInfo& info) {
     double ms = static_cast<double>(now - t->seenSinceNs) / 1e6;
     if (t->stallReported || ms < threshold) continue;
     t->stallReported = true;
+    t->stuckPass.store(static_cast<uint64_t>(passes) + 1, std::memory_order_relaxed);  // waits on it give up at once
     uint32_t call = t->call.load(std::memory_order_relaxed);
     Napi::Object o = Napi::Object::New(env);
     o.Set("thread", t->index);

@@ -452,9 +452,17 @@ Napi::Value OfiDeregMr(const Napi::CallbackInfo& info) {
   MrEntry* e = mrAt(id);
   OfiMr* mr = e ? __atomic_load_n(&e->mr, __ATOMIC_ACQUIRE) : nullptr;
   if (!mr) return fail(env, "ofiDeregMr: no such registration");
+  StuckWatch watch;
   for (int k = 0; e->inflight.load(std::memory_order_acquire) > 0; k++) {
-    if (k == 10000) {  // 10 s: an operation that never completes; keep the registration (a leak, not a fault)
-      log(kLogWarn, "ofi: registration %u still has %d operation(s) in flight after 10 s; it is kept", id, e->inflight.load());
+    // 10 s, or an I/O thread stuck inside a provider call (its operations never complete):
+    // keep the registration (a leak, not a fault).
+    IoThread* stuck = k % 100 == 99 ? watch.anyStuck() : nullptr;
+    if (k == 10000 || stuck) {
+      if (stuck)
+        log(kLogWarn, "ofi: registration %u still has %d operation(s) in flight and I/O thread %d is stuck inside a provider call; it is kept",
+            id, e->inflight.load(), stuck->index);
+      else
+        log(kLogWarn, "ofi: registration %u still has %d operation(s) in flight after 10 s; it is kept", id, e->inflight.load());
       return env.Undefined();
     }
     usleep(1000);

@@ -1204,6 +1204,33 @@ describe.skipIf(!!missing)('engine: I/O threads stuck inside a provider call (io
   });
 });
 
+describe.skipIf(!!missing)('engine: waits on an I/O thread stuck inside a provider call', () => {
+  it('ioClose gives up on submissions a stuck thread cannot take after about a second (before: 10 s), then at once', async () => {
+    const [x] = await pair('unix', { threads: [1, 0] });
+    const [y] = await pair('unix', { threads: [1, 0] });
+    const m = new Mem(64);
+    const stallMs = 5000;
+    A.ioTestStall(1, stallMs);
+    const stalled = Date.now();
+    await sleep(200); // thread 1 took the admin and sleeps inside the pretended call
+    write(x, 1, m.addr, 64); // a submission thread 1 cannot take
+    let t0 = Date.now();
+    close(x, false);
+    const first = Date.now() - t0;
+    // The stall's time (half the link timeout, 1 s at least; the tests' link timeout is 2 s),
+    // counted from the start of the wait.
+    expect(first).toBeGreaterThanOrEqual(900);
+    expect(first).toBeLessThan(3000);
+    // Found stuck once: the next wait on it, still inside the same call, gives up at once.
+    write(y, 2, m.addr, 64);
+    t0 = Date.now();
+    close(y, false);
+    expect(Date.now() - t0).toBeLessThan(500);
+    expect(Date.now() - stalled).toBeLessThan(stallMs); // all of it inside the stall
+    await sleep(Math.max(0, stalled + stallMs + 300 - Date.now())); // the thread is back
+  }, 15_000);
+});
+
 describe.skipIf(!!missing)('engine: how late I/O threads wake (ioWakes)', () => {
   it('counts each wake-up a sleeping thread was asked for, with its delay in a power-of-two bucket', async () => {
     const before = A.ioWakes();
