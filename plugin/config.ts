@@ -43,6 +43,11 @@ export interface Config {
   /** µs the plugin thread keeps polling after activity before it sleeps (0: never spins). */
   spinUs: number;
   /**
+   * TSNET_SPIN_MAX_US: the busy-poll window may grow up to this when sleeping threads wake late
+   * (plugin/spin.ts); 0 (the default): it stays spinUs.
+   */
+  spinMaxUs: number;
+  /**
    * µs an I/O thread sleeps between polls of an endpoint without a wait fd (libfabric's shm)
    * in the first ms after activity, when it does not busy-poll (TSNET_OFI_POLL_US).
    */
@@ -235,6 +240,11 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   // need (2 cores: 8-byte latency 43 us without, 135 us with).
   const spinUs = spSrc ? int(spSrc, 0, 1_000_000) : cores >= 8 ? 200 : 0;
   note('busy-poll window us', spinUs, spSrc);
+  const smSrc = pick(env, ['TSNET_SPIN_MAX_US']);
+  const spinMaxUs = smSrc ? int(smSrc, 0, 1_000_000) : 0;
+  if (smSrc && spinMaxUs > 0 && (spinUs === 0 || spinMaxUs <= spinUs))
+    throw invalidArgument(`${smSrc.name}=${smSrc.value}: expected 0, or more than the busy-poll window (${spinUs} us; a window of 0 never spins, so it cannot grow)`);
+  if (smSrc) note('busy-poll window grows with late wake-ups up to us', spinMaxUs || 'off', smSrc);
   const poSrc = pick(env, ['TSNET_OFI_POLL_US']);
   // Shorter polls cut latency without a busy-poll window and cost CPU (H200, two processes,
   // 8-byte ping-pong: 50 us 72 us latency, 20 us 48 us and +25% CPU, 10 us 40 us and +44%).
@@ -284,6 +294,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       traceFile,
       stats,
       spinUs,
+      spinMaxUs,
       pollUs,
       timeoutSec,
       ofi,

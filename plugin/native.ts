@@ -45,6 +45,8 @@ export interface Binding extends LaneBinding, OfiBinding {
   ioWakes(): WakeDelays[];
   /** How late the calling protocol thread took the wake-ups sent to it. */
   wakes(): WakeDelays;
+  /** Every I/O thread's busy-poll window from now on. */
+  ioSetSpin(us: number): void;
 }
 
 /** Posted request kinds in the mailbox (native/internal.h OpKind). */

@@ -13,6 +13,7 @@ import { propertiesOf } from './properties';
 import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
 import { type ThreadStats, type WakeDelays, commStatsLine, threadStatsLine, wakeStatsLine } from './stats';
+import { SpinAdapter } from './spin';
 import { Tracer } from './trace';
 import type { CommBase, Connector, Listener, RecvComm, SendComm, Transport } from './transports/transport';
 
@@ -39,6 +40,8 @@ export interface PluginHost {
   ioWakes(): WakeDelays[];
   /** How late this protocol thread took the wake-ups sent to it. */
   wakes(): WakeDelays;
+  /** Every I/O thread's busy-poll window (TSNET_SPIN_MAX_US; thread 0 sets it). */
+  ioSetSpin(us: number): void;
   /** TSNET_TRACE: the process's trace file. */
   traceOpen(path: string): boolean;
   traceWrite(text: string): void;
@@ -73,6 +76,9 @@ export class Plugin {
   private config: Config | undefined;
   private transport: Transport | undefined;
   private tracer: Tracer | undefined;
+  /** TSNET_SPIN_MAX_US: this thread's window, and (thread 0) the I/O threads'. */
+  private spinSelf: SpinAdapter | undefined;
+  private spinIo: SpinAdapter | undefined;
   /** A turn is scheduled because submissions wait for room in a full ring. */
   private again = false;
   private readonly ctxs = new Set<number>();
@@ -198,7 +204,29 @@ export class Plugin {
       for (const c of this.comms.values()) c.endpoint.tick(now, timeoutMs);
       this.transport?.tick?.(now, timeoutMs);
       this.transport?.flush();
+      this.adaptSpin();
     }, every).unref();
+  }
+
+  /**
+   * TSNET_SPIN_MAX_US, once per watchdog tick: the busy-poll windows follow how late this
+   * thread, and (thread 0) the I/O threads, woke when asked to (plugin/spin.ts).
+   */
+  adaptSpin(): void {
+    if (this.spinSelf) {
+      const s = this.spinSelf.next([this.host.wakes()]);
+      if (s.why) {
+        this.host.setSpin(s.us);
+        log.info(`busy-poll window of protocol thread ${this.host.thread}: ${s.us} us (${s.why})`);
+      }
+    }
+    if (this.spinIo) {
+      const s = this.spinIo.next(this.host.ioWakes());
+      if (s.why) {
+        this.host.ioSetSpin(s.us);
+        log.info(`busy-poll window of the I/O threads: ${s.us} us (${s.why})`);
+      }
+    }
   }
 
   private id(): number {
@@ -230,6 +258,10 @@ export class Plugin {
     if (first) for (const l of lines) log.info(`config: ${l}`);
     if (first && config.protocolThreads > 1) this.host.startThreads(config.protocolThreads);
     this.host.setSpin(config.spinUs);
+    if (config.spinMaxUs > 0) {
+      this.spinSelf = new SpinAdapter(config.spinUs, config.spinMaxUs);
+      if (first) this.spinIo = new SpinAdapter(config.spinUs, config.spinMaxUs);
+    }
     this.transport = this.host.makeTransport(config, this.regions);
     this.config = config;
     if (config.traceFile) {

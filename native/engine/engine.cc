@@ -665,7 +665,7 @@ void threadMain(IoThread* t) {
     int timeout = 0;
     bool shortWait = false;
     if (backlog) timeout = 1;  // a completion ring is full: its protocol thread drains it soon
-    else if (t->run.empty() && (t->spinNs == 0 || now - lastWork >= t->spinNs)) {
+    else if (uint64_t spin = t->spinNs.load(std::memory_order_relaxed); t->run.empty() && (spin == 0 || now - lastWork >= spin)) {
       // Dekker with the posters: they publish, then load sleeping; we store it, then look.
       __atomic_store_n(sleeping, 1, __ATOMIC_SEQ_CST);
       if (!anySubs(t) && !t->admin.load(std::memory_order_seq_cst)) {
@@ -726,7 +726,7 @@ bool startThreads(int n, double spinUs, double lingerMs, double pollUs, std::str
     t->ep = epoll_create1(EPOLL_CLOEXEC);
     t->ev = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     t->scratch = new uint8_t[kScratchBytes];
-    t->spinNs = spinUs > 0 ? static_cast<uint64_t>(spinUs * 1000) : 0;
+    t->spinNs.store(spinUs > 0 ? static_cast<uint64_t>(spinUs * 1000) : 0, std::memory_order_relaxed);
     t->noWaitNs = static_cast<uint64_t>((pollUs >= 1 ? pollUs : 1) * 1000);
     epoll_event ev{};
     ev.events = EPOLLIN;

@@ -118,7 +118,7 @@ struct IoThread {
   int ofiNoWait = 0;             // of those, lanes without a wait fd: the thread never blocks long
   Op* freeOps = nullptr;
   std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread
-  uint64_t spinNs = 0;  // after work, poll this long before sleeping (TSNET_SPIN_US)
+  std::atomic<uint64_t> spinNs{0};  // after work, poll this long before sleeping (TSNET_SPIN_US; ioSetSpin)
   WakeDelays wakes;     // how late it woke when asked to (ioWakes, TSNET_STATS)
   uint64_t noWaitNs = 50000;  // sleep between polls of endpoints without a wait fd, after activity (TSNET_OFI_POLL_US)
   uint8_t* scratch = nullptr;

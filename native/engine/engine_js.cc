@@ -283,6 +283,16 @@ Napi::Value IoStats(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// ioSetSpin(us): every I/O thread's busy-poll window from now on (TSNET_SPIN_MAX_US adapts it).
+Napi::Value IoSetSpin(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double us;
+  if (!number(info, 0, &us) || us < 0 || us > 1e6) return fail(env, "ioSetSpin(us) needs a number from 0 to 1000000");
+  if (E)
+    for (IoThread* t : E->threads) t->spinNs.store(static_cast<uint64_t>(us * 1000), std::memory_order_relaxed);
+  return env.Undefined();
+}
+
 // ioWakes() -> per I/O thread, how late it woke when asked to: { count, sumUs, maxUs, buckets }
 // (bucket k: below 2^(k+1) us; the last, the rest).
 Napi::Value IoWakes(const Napi::CallbackInfo& info) {
@@ -316,6 +326,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioTrace", Napi::Function::New(e, IoTrace, "ioTrace"));
   o.Set("ioStats", Napi::Function::New(e, IoStats, "ioStats"));
   o.Set("ioWakes", Napi::Function::New(e, IoWakes, "ioWakes"));
+  o.Set("ioSetSpin", Napi::Function::New(e, IoSetSpin, "ioSetSpin"));
   o.Set("ioStalls", Napi::Function::New(e, IoStalls, "ioStalls"));
   ofiRegister(env, exports);
 }

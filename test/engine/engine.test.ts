@@ -1251,3 +1251,28 @@ describe.skipIf(!!missing)('engine: how late I/O threads wake (ioWakes)', () => 
     expect(w.sumUs - before[1].sumUs).toBeLessThanOrEqual(3 * w.maxUs + 1e-6);
   });
 });
+
+describe.skipIf(!!missing)('engine: the I/O threads\' busy-poll window set at run time (ioSetSpin)', () => {
+  it('keeps a woken thread polling for the window, and 0 lets it sleep at once', async () => {
+    expect(() => A.ioSetSpin(-1)).toThrow(/ioSetSpin\(us\) needs a number from 0 to 1000000/);
+    const sleeping = A.ioPort().sleeping;
+    try {
+      A.ioSetSpin(1_000_000); // 1 s
+      await until(() => Atomics.load(sleeping, 1) === 1, 2000, 'I/O thread 1 to sleep', []);
+      A.ioWake(1); // work: the window starts
+      const t0 = Date.now();
+      let slept = false;
+      while (Date.now() - t0 < 300) {
+        if (Atomics.load(sleeping, 1) === 1) slept = true;
+        await sleep(5);
+      }
+      expect(slept).toBe(false); // polled through the first 300 ms of its window
+      A.ioSetSpin(0);
+      const t1 = Date.now();
+      await until(() => Atomics.load(sleeping, 1) === 1, 2000, 'I/O thread 1 to sleep without a window', []);
+      expect(Date.now() - t1).toBeLessThan(500); // well before the 1 s window would have ended
+    } finally {
+      A.ioSetSpin(0);
+    }
+  });
+});

@@ -21,6 +21,7 @@ export interface EngineAddon extends LaneBinding {
   ioTrace(on: boolean): void;
   ioStats(): Float64Array;
   ioWakes(): { count: number; sumUs: number; maxUs: number; buckets: number[] }[];
+  ioSetSpin(us: number): void;
   addressOf(buffer: ArrayBuffer): number;
   socketPair(): [number, number];
   lanes(): number;

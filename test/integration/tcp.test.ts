@@ -101,6 +101,7 @@ function side(env: Env) {
     ioCpu: () => [],
     ioWakes: () => [],
     wakes: () => ({ count: 0, sumUs: 0, maxUs: 0, buckets: [] }),
+    ioSetSpin: () => {},
     traceOpen: () => false,
     traceWrite: () => {},
     now: () => performance.now() * 1000,

@@ -42,6 +42,7 @@ describe('readConfig defaults', () => {
       traceFile: undefined,
       stats: false,
       spinUs: 0,
+      spinMaxUs: 0,
       pollUs: 50,
       timeoutSec: 10,
       ofi: undefined,
@@ -77,6 +78,17 @@ describe('readConfig defaults', () => {
     expect(readConfig({}, 8).config.spinUs).toBe(200);
     expect(readConfig({}, 7).config.spinUs).toBe(0);
     expect(readConfig({ TSNET_SPIN_US: '7' }, 2).config.spinUs).toBe(7);
+  });
+
+  it('TSNET_SPIN_MAX_US: off by default; more than the window, or 0; a window of 0 cannot grow', () => {
+    expect(readConfig({}, 8).config.spinMaxUs).toBe(0);
+    const set = readConfig({ TSNET_SPIN_MAX_US: '5000' }, 8);
+    expect(set.config).toMatchObject({ spinUs: 200, spinMaxUs: 5000 });
+    expect(set.lines).toContain('busy-poll window grows with late wake-ups up to us = 5000 (TSNET_SPIN_MAX_US)');
+    expect(readConfig({ TSNET_SPIN_MAX_US: '0' }, 8).lines).toContain('busy-poll window grows with late wake-ups up to us = off (TSNET_SPIN_MAX_US)');
+    expect(() => readConfig({ TSNET_SPIN_MAX_US: '200' }, 8)).toThrow(/TSNET_SPIN_MAX_US=200: expected 0, or more than the busy-poll window \(200 us/);
+    expect(() => readConfig({ TSNET_SPIN_MAX_US: '5000' }, 2)).toThrow(/a window of 0 never spins, so it cannot grow/);
+    expect(() => readConfig({ TSNET_SPIN_MAX_US: 'lots' }, 8)).toThrow(/TSNET_SPIN_MAX_US=lots: expected an integer/);
   });
 
   it('polls endpoints without a wait fd every 50 us after activity unless TSNET_OFI_POLL_US says otherwise', () => {

@@ -31,6 +31,10 @@ class FakeHost implements PluginHost {
   readonly slotsPerComm = SLOTS;
   readonly started: number[] = [];
   readonly spins: number[] = [];
+  readonly ioSpins: number[] = [];
+  /** What wakes() and ioWakes() answer when set (else the fixed figures below). */
+  ownWakes: WakeDelays | undefined;
+  ioWakesNow: WakeDelays[] | undefined;
   readonly transports: LoopbackTransport[] = [];
   readonly traceFiles: string[] = [];
   readonly traceWrites: string[] = [];
@@ -61,13 +65,18 @@ class FakeHost implements PluginHost {
   ioCpu(): number[] {
     return [1.5e6, 2.25e6];
   }
+  ioSetSpin(us: number): void {
+    this.ioSpins.push(us);
+  }
   ioWakes(): WakeDelays[] {
+    if (this.ioWakesNow) return this.ioWakesNow;
     return [
       { count: 3, sumUs: 30, maxUs: 14, buckets: [0, 1, 1, 1] },
       { count: 1, sumUs: 2500, maxUs: 2500, buckets: [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1] },
     ];
   }
   wakes(): WakeDelays {
+    if (this.ownWakes) return this.ownWakes;
     return this.thread === 0 ? { count: 4, sumUs: 8, maxUs: 3, buckets: [3, 1] } : { count: 0, sumUs: 0, maxUs: 0, buckets: [] };
   }
   traceOpen(path: string): boolean {
@@ -823,6 +832,52 @@ describe('TSNET_STATS', () => {
     t.call('close', { comm: send });
     t.call('finalize', { ctx });
     expect(infos().filter((m) => m.startsWith('stats'))).toEqual([]);
+  });
+});
+
+describe('TSNET_SPIN_MAX_US', () => {
+  const late = (n: number): WakeDelays => ({ count: n, sumUs: n * 700, maxUs: 900, buckets: [0, 0, 0, 0, 0, 0, 0, 0, 0, n] }); // below 1024 us
+  const fast = (n: number): WakeDelays => ({ count: n, sumUs: n * 5, maxUs: 7, buckets: [0, 0, n] }); // below 8 us
+
+  it('grows the windows of this protocol thread and of the I/O threads when their wake-ups are late, and says so', () => {
+    const t = setup({ ...LOOP, TSNET_SPIN_US: '200', TSNET_SPIN_MAX_US: '3000' });
+    t.init();
+    expect(t.host.spins).toEqual([200]);
+    t.host.ownWakes = late(10);
+    t.host.ioWakesNow = [late(5), fast(3)]; // 8 new: p90 below 1024 us
+    t.plugin.adaptSpin();
+    expect(t.host.spins).toEqual([200, 3000]); // 4 x 1024, capped
+    expect(t.host.ioSpins).toEqual([3000]);
+    expect(infos()).toEqual(
+      expect.arrayContaining([
+        'busy-poll window of protocol thread 0: 3000 us (10 wake-up(s), p90 < 1024 us)',
+        'busy-poll window of the I/O threads: 3000 us (8 wake-up(s), p90 < 1024 us)',
+      ]),
+    );
+    // fast wake-ups from now on: halved per tick down to the base, once per change
+    for (let k = 1; k <= 6; k++) {
+      t.host.ownWakes = { ...late(10), count: 10 + 10 * k, buckets: [0, 0, 10 * k, 0, 0, 0, 0, 0, 0, 10] };
+      t.plugin.adaptSpin();
+    }
+    expect(t.host.spins).toEqual([200, 3000, 1500, 750, 375, 200]);
+    expect(t.host.ioSpins).toEqual([3000]); // no new I/O wake-ups: unchanged
+  });
+
+  it('does nothing without it, and other protocol threads leave the I/O threads alone', () => {
+    const off = setup({ ...LOOP, TSNET_SPIN_US: '200' });
+    off.init();
+    off.host.ownWakes = late(100);
+    off.host.ioWakesNow = [late(100)];
+    off.plugin.adaptSpin();
+    expect(off.host.spins).toEqual([200]);
+    expect(off.host.ioSpins).toEqual([]);
+    const other = setup({ ...LOOP, TSNET_SPIN_US: '200', TSNET_SPIN_MAX_US: '3000' }, 2);
+    other.call('listen', { ctx: 5, dev: 0 });
+    other.host.ownWakes = late(10);
+    other.host.ioWakesNow = [late(100)];
+    other.plugin.adaptSpin();
+    expect(other.host.spins).toEqual([200, 3000]);
+    expect(other.host.ioSpins).toEqual([]);
   });
 });
 
