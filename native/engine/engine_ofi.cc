@@ -453,10 +453,12 @@ Napi::Value OfiDeregMr(const Napi::CallbackInfo& info) {
   OfiMr* mr = e ? __atomic_load_n(&e->mr, __ATOMIC_ACQUIRE) : nullptr;
   if (!mr) return fail(env, "ofiDeregMr: no such registration");
   StuckWatch watch;
+  const int first = e->inflight.load(std::memory_order_acquire);
   for (int k = 0; e->inflight.load(std::memory_order_acquire) > 0; k++) {
-    // 10 s, or an I/O thread stuck inside a provider call (its operations never complete):
-    // keep the registration (a leak, not a fault).
-    IoThread* stuck = k % 100 == 99 ? watch.anyStuck() : nullptr;
+    // 10 s, or, after 1 s in which none of them completed, an I/O thread stuck inside a
+    // provider call (its operations never complete; the others' had time to): keep the
+    // registration (a leak, not a fault).
+    IoThread* stuck = k >= 1000 && k % 100 == 0 && e->inflight.load(std::memory_order_acquire) >= first ? watch.anyStuck() : nullptr;
     if (k == 10000 || stuck) {
       if (stuck)
         log(kLogWarn, "ofi: registration %u still has %d operation(s) in flight and I/O thread %d is stuck inside a provider call; it is kept",
