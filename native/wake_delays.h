@@ -3,12 +3,12 @@
 // protocol threads each keep one, and TSNET_STATS reports them: a host whose threads wake late
 // (a VM that parks idle vCPUs, say) shows it here, where a trace would change the timing.
 #pragma once
-#include <time.h>
-
 #include <atomic>
 #include <cstdint>
 
 namespace tsn {
+
+uint64_t nowNs();  // CLOCK_MONOTONIC (native/engine/engine.cc)
 
 struct WakeDelays {
   // Bucket k counts delays below 2^(k+1) us (bucket 0: below 2 us); the last one, the rest.
@@ -18,23 +18,17 @@ struct WakeDelays {
   std::atomic<uint64_t> count{0}, sumNs{0}, maxNs{0};
   std::atomic<uint64_t> buckets[kBuckets] = {};
 
-  static uint64_t monoNs() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-  }
-
   // The waker, before it writes the eventfd: a second ask before the wake-up keeps the first.
   void asked() {
     uint64_t none = 0;
-    askedNs.compare_exchange_strong(none, monoNs(), std::memory_order_relaxed);
+    askedNs.compare_exchange_strong(none, nowNs(), std::memory_order_relaxed);
   }
 
   // The woken thread, when it reads its eventfd.
   void woke() {
     uint64_t a = askedNs.exchange(0, std::memory_order_relaxed);
     if (!a) return;
-    uint64_t now = monoNs();
+    uint64_t now = nowNs();
     uint64_t d = now > a ? now - a : 0;
     count.fetch_add(1, std::memory_order_relaxed);
     sumNs.fetch_add(d, std::memory_order_relaxed);

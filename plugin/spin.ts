@@ -8,7 +8,7 @@
 // (native/wake_delays.h) once per watchdog tick and sets the window to 4 x their p90, between
 // TSNET_SPIN_US and TSNET_SPIN_MAX_US: it grows at once when wake-ups are late, halves per tick
 // while they are fast, and stays put while there are too few to tell (they add up over ticks).
-import { WAKE_BUCKETS, type WakeDelays } from './stats';
+import { WAKE_BUCKETS, type WakeDelays, quantileBucket, sumBuckets } from './stats';
 
 /** Wake-ups a tick needs before the adapter acts on them. */
 export const SPIN_MIN_WAKES = 8;
@@ -16,7 +16,7 @@ export const SPIN_MIN_WAKES = 8;
 export const SPIN_FACTOR = 4;
 
 export class SpinAdapter {
-  private last = new Float64Array(WAKE_BUCKETS);
+  private last: number[] = new Array(WAKE_BUCKETS).fill(0);
   private window: number;
 
   constructor(
@@ -35,23 +35,14 @@ export class SpinAdapter {
    * undefined when it stayed.
    */
   next(all: WakeDelays[]): { us: number; why?: string } {
-    const total = new Float64Array(WAKE_BUCKETS);
-    for (const w of all) for (let k = 0; k < WAKE_BUCKETS; k++) total[k] += w.buckets[k] ?? 0;
+    const total = sumBuckets(all);
     const delta = new Float64Array(WAKE_BUCKETS);
     let n = 0;
     for (let k = 0; k < WAKE_BUCKETS; k++) n += delta[k] = total[k] - this.last[k];
     if (n < SPIN_MIN_WAKES) return { us: this.window }; // too few: they count with the next ones
     this.last = total;
     // The upper bound of the bucket holding the p90 (the last bucket: its lower bound, doubled).
-    let seen = 0;
-    let p90 = 2 ** WAKE_BUCKETS;
-    for (let k = 0; k < WAKE_BUCKETS; k++) {
-      seen += delta[k];
-      if (seen >= 0.9 * n) {
-        p90 = 2 ** (k + 1);
-        break;
-      }
-    }
+    const p90 = 2 ** (quantileBucket(delta, 0.9) + 1);
     const want = SPIN_FACTOR * p90;
     const before = this.window;
     if (want > this.window) this.window = Math.min(this.max, want);

@@ -45,15 +45,27 @@ export interface WakeDelays {
   buckets: number[];
 }
 
-/** The bound of the bucket that holds the q-quantile of the counts (q in (0, 1]). */
-function quantileBound(buckets: number[], q: number): string {
-  const total = buckets.reduce((a, b) => a + b, 0);
+/** The buckets of several threads' delays added up. */
+export function sumBuckets(all: WakeDelays[]): number[] {
+  return Array.from({ length: WAKE_BUCKETS }, (_, k) => all.reduce((a, w) => a + (w.buckets[k] ?? 0), 0));
+}
+
+/** The bucket that holds the q-quantile of the counts (q in (0, 1]); -1 when there are none. */
+export function quantileBucket(buckets: ArrayLike<number>, q: number): number {
+  let total = 0;
+  for (let k = 0; k < buckets.length; k++) total += buckets[k];
   let seen = 0;
   for (let k = 0; k < buckets.length; k++) {
     seen += buckets[k];
-    if (seen >= q * total) return k >= WAKE_BUCKETS - 1 ? `>= ${2 ** k} us` : `< ${2 ** (k + 1)} us`;
+    if (total > 0 && seen >= q * total) return k;
   }
-  return '-';
+  return -1;
+}
+
+function quantileBound(buckets: number[], q: number): string {
+  const k = quantileBucket(buckets, q);
+  if (k < 0) return '-';
+  return k >= WAKE_BUCKETS - 1 ? `>= ${2 ** k} us` : `< ${2 ** (k + 1)} us`;
 }
 
 /**
@@ -64,7 +76,7 @@ function quantileBound(buckets: number[], q: number): string {
 export function wakeStatsLine(who: string, all: WakeDelays[]): string {
   const count = all.reduce((a, w) => a + w.count, 0);
   if (!count) return `stats: wake-ups of ${who}: none`;
-  const buckets = Array.from({ length: WAKE_BUCKETS }, (_, k) => all.reduce((a, w) => a + (w.buckets[k] ?? 0), 0));
+  const buckets = sumBuckets(all);
   const sum = all.reduce((a, w) => a + w.sumUs, 0);
   const max = Math.max(...all.map((w) => w.maxUs));
   return (
