@@ -40,6 +40,8 @@ export interface Config {
   traceFile: string | undefined;
   /** TSNET_STATS: per comm and per thread figures at close. */
   stats: boolean;
+  /** TSNET_STATS=steps: also where requests spend their time between threads (plugin/steps.ts). */
+  statsSteps: boolean;
   /** µs the plugin thread keeps polling after activity before it sleeps (0: never spins). */
   spinUs: number;
   /**
@@ -230,9 +232,11 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   const traceFile = trSrc?.value.replace(/%p/g, String(process.pid));
   if (trSrc) note('trace file', traceFile, trSrc);
   const stSrc = pick(env, ['TSNET_STATS']);
-  if (stSrc && stSrc.value !== '0' && stSrc.value !== '1') throw invalidArgument(`${stSrc.name}=${stSrc.value}: expected 0 or 1`);
-  const stats = stSrc?.value === '1';
-  if (stSrc) note('statistics', stats ? 'on' : 'off', stSrc);
+  const stValue = stSrc?.value.toLowerCase();
+  if (stSrc && stValue !== '0' && stValue !== '1' && stValue !== 'steps') throw invalidArgument(`${stSrc.name}=${stSrc.value}: expected 0, 1 or steps`);
+  const statsSteps = stValue === 'steps';
+  const stats = stValue === '1' || statsSteps;
+  if (stSrc) note('statistics', statsSteps ? 'on, with the steps of requests' : stats ? 'on' : 'off', stSrc);
 
   const spSrc = pick(env, ['TSNET_SPIN_US']);
   // Polling pays on machines with cores to spare (H200 host, 32 cores: 32 KiB latency 124 us
@@ -293,6 +297,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       lanePolicy,
       traceFile,
       stats,
+      statsSteps,
       spinUs,
       spinMaxUs,
       pollUs,

@@ -36,7 +36,7 @@ const plugin = new Plugin({
   makeTransport: (config, regions) => {
     const port = () => {
       const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs });
-      if (config.traceFile) binding.ioTrace(true);
+      if (config.traceFile || config.statsSteps) binding.ioTrace(true);
       return p;
     };
     return makeTransport(config, regions, binding, port, binding.thread);
@@ -50,6 +50,7 @@ const plugin = new Plugin({
   traceOpen: (p) => binding.traceOpen(p),
   traceWrite: (t) => binding.traceWrite(t),
   now: () => binding.now(),
+  timestamps: () => binding.timestamps(),
 });
 started = binding.start({
   control: (op, args) => plugin.control(op, args),

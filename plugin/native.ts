@@ -37,6 +37,8 @@ export interface Binding extends LaneBinding, OfiBinding {
   busy(): number;
   traceOpen(path: string): boolean;
   traceWrite(text: string): void;
+  /** Requests carry their posting and taking times (tracing), with no trace file. */
+  timestamps(): void;
   /** Completions carry their time (tracing). */
   ioTrace(on: boolean): void;
   /** CPU µs of each I/O thread. */

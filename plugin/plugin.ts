@@ -14,6 +14,7 @@ import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
 import { type ThreadStats, type WakeDelays, commStatsLine, threadStatsLine, wakeStatsLine } from './stats';
 import { SpinAdapter } from './spin';
+import { StepStats, bothTraces } from './steps';
 import { Tracer } from './trace';
 import type { CommBase, Connector, Listener, RecvComm, SendComm, Transport } from './transports/transport';
 
@@ -47,6 +48,8 @@ export interface PluginHost {
   traceWrite(text: string): void;
   /** Microseconds, the clock of trace timestamps. */
   now(): number;
+  /** TSNET_STATS=steps: requests and completions carry their times, with no trace file. */
+  timestamps(): void;
 }
 
 type Args = Record<string, unknown>;
@@ -76,6 +79,8 @@ export class Plugin {
   private config: Config | undefined;
   private transport: Transport | undefined;
   private tracer: Tracer | undefined;
+  /** TSNET_STATS=steps. */
+  private steps: StepStats | undefined;
   /** TSNET_SPIN_MAX_US: this thread's window, and (thread 0) the I/O threads'. */
   private spinSelf: SpinAdapter | undefined;
   private spinIo: SpinAdapter | undefined;
@@ -135,6 +140,7 @@ export class Plugin {
         }
       });
     }
+    this.steps?.flushed(this.host.now());
     this.tracer?.flush();
   }
 
@@ -156,6 +162,7 @@ export class Plugin {
       try {
         const b = at + POST.head;
         if (this.tracer) this.tracer.begin(comm.id, slot, op, m[b + 2], m[at + 4], m[at + 5]);
+        if (this.steps) this.steps.begin(comm.id, slot, op, m[at + 4], m[at + 5]);
         if (op === Op.SEND) {
           const mr = m[b];
           comm.send!.isend(slot, mr ? this.regions.get(mr) : null, m[b + 1], m[b + 2], m[b + 3]);
@@ -194,6 +201,7 @@ export class Plugin {
     st[b + SLOT.result] = code;
     Atomics.store(st, b + SLOT.state, code === ResultCode.SUCCESS ? SlotState.DONE : SlotState.FAILED);
     this.tracer?.end(comm.id, slot, code);
+    this.steps?.end(comm.id, slot, this.host.now());
   }
 
   // Heartbeats and dead-peer detection for every comm of this thread.
@@ -267,6 +275,10 @@ export class Plugin {
     if (config.traceFile) {
       if (this.host.traceOpen(config.traceFile)) this.tracer = new Tracer(this.host, this.host.thread);
       else log.warn(`TSNET_TRACE=${config.traceFile}: the file cannot be written; no trace`);
+    }
+    if (config.statsSteps) {
+      this.host.timestamps();
+      this.steps = new StepStats(this.host.slotsPerComm);
     }
     this.threadStats.cpuStart = this.host.threadCpu();
     this.threadStats.busyStart = this.host.busy();
@@ -368,7 +380,7 @@ export class Plugin {
     attach: (a) => {
       const comm = this.need(this.comms, a.comm, 'comm');
       comm.status = new Int32Array(a.status as ArrayBuffer);
-      if (this.tracer) comm.endpoint.trace = this.tracer.forComm(comm.id);
+      comm.endpoint.trace = bothTraces(this.tracer?.forComm(comm.id), this.steps?.forComm(comm.id));
       comm.endpoint.start();
       return {};
     },
@@ -436,6 +448,7 @@ export class Plugin {
       if (this.config?.stats) {
         log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy()));
         log.info(wakeStatsLine(`protocol thread ${this.host.thread}`, [this.host.wakes()]));
+        for (const line of this.steps?.lines(this.host.thread) ?? []) log.info(line);
         if (this.host.thread === 0) {
           const io = this.host.ioCpu();
           if (io.length) log.info(`stats: I/O threads CPU ${io.map((us) => `${(us / 1e6).toFixed(3)} s`).join(', ')}`);

@@ -97,9 +97,9 @@ export class NativeLink implements StreamLink, CqeHandler {
     this.events?.onOp(op, status, time, io);
   }
 
-  onRx(status: number): void {
+  onRx(status: number, _value = 0, time = 0, io = 0): void {
     this.heard = this.port.now;
-    if (this.events) this.events.onRx(status);
+    if (this.events) this.events.onRx(status, time, io);
     else if (this.early === undefined || status !== STATUS_OK) this.early = status;
   }
 

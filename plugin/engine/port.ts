@@ -14,7 +14,7 @@ export interface CqeHandler {
    */
   onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number): void;
   /** A control lane received bytes (status 0; value: its receive counter) or ended (status < 0). */
-  onRx(status: number, value: number, time: number): void;
+  onRx(status: number, value: number, time: number, io: number): void;
 }
 
 /** The engine's functions this file needs (the binding, or a fake in tests). */
@@ -287,7 +287,7 @@ export class Port {
         if (h === undefined || this.gens[link & 0xffff] !== link >>> 16) continue; // a closed link
         const op = r.u32[w + 1];
         try {
-          if (op === CQE_RX) h.onRx(r.i32[w + 2], r.f64[d + 2], r.f64[d + 4]);
+          if (op === CQE_RX) h.onRx(r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t);
           else h.onOp(op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7]);
         } catch (e) {
           log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);

@@ -76,8 +76,14 @@ export abstract class Endpoint implements LinkEvents {
     this.link.attach(this);
   }
 
-  onRx(status: number): void {
+  /** When the frames being parsed reached the receive ring (tracing, else 0), and which I/O thread put them there. */
+  protected rxTime = 0;
+  protected rxIo = 0;
+
+  onRx(status: number, time = 0, io = 0): void {
     if (this.failed) return;
+    this.rxTime = time;
+    this.rxIo = io;
     this.parseFrames();
     if (status !== 0 && !this.failed) this.fail(laneError(this.name, status));
   }

@@ -14,8 +14,12 @@ export interface LinkEvents {
    * (microseconds, CLOCK_MONOTONIC) if tracing, else 0; io: the I/O thread that did it.
    */
   onOp(op: number, status: number, time: number, io: number): void;
-  /** The control lane received bytes (status 0) or ended (status < 0). */
-  onRx(status: number): void;
+  /**
+   * The control lane received bytes (status 0) or ended (status < 0). time: when the I/O thread
+   * put them in the ring (microseconds, CLOCK_MONOTONIC) if tracing, else 0 or absent; io: that
+   * I/O thread.
+   */
+  onRx(status: number, time?: number, io?: number): void;
 }
 
 /** The control lane's receive ring: a byte ring filled by the transport, parsed in place. */

@@ -51,6 +51,8 @@ interface Msg {
   size: number;
   eager: boolean;
   at: number; // eager: ring position of the payload
+  rxUs: number; // tracing: when its frame reached the receive ring, and the I/O thread that put it there
+  rxIo: number;
   frameAt: number; // eager: ring position of the frame (held until copied)
   arrived: number; // Date.now() of its header
   recv: RecvOp | null;
@@ -199,6 +201,8 @@ export class Receiver extends Endpoint {
     m.at = at;
     m.frameAt = (at - 24) >>> 0;
     m.arrived = Date.now();
+    m.rxUs = this.rxTime;
+    m.rxIo = this.rxIo;
     m.stripes = 0;
     if (m.eager) {
       this.held.push(m);
@@ -234,6 +238,7 @@ export class Receiver extends Endpoint {
     }
     const region = r.regions[i];
     m.dest = r.failed || !region || m.size === 0 ? 0 : region.base + r.offsets[i];
+    if (this.trace && (m.eager || m.stripes === 0)) this.trace.step(r.slot, 'landed', m.rxUs, m.rxIo);
     if (m.eager) {
       if (m.dest) copyOut(this.link.rx, m.at, m.size, region!.bytes!, r.offsets[i]);
       m.copied = true;
@@ -328,7 +333,7 @@ export class Receiver extends Endpoint {
     if (!m) {
       // Ids stay below 0xffff: a token (id | gen << 16) is never the engine's CQE_RX (0xffffffff).
       if (this.msgs.length >= 0xffff) throw new Error('more than 65535 messages in flight on one link');
-      m = { id: this.msgs.length, gen: 0, seq: 0, tag: 0, size: 0, eager: false, at: 0, frameAt: 0, arrived: 0, recv: null, recvGen: 0, dest: 0, matched: false, copied: false, stripes: 0, live: false };
+      m = { id: this.msgs.length, gen: 0, seq: 0, tag: 0, size: 0, eager: false, at: 0, rxUs: 0, rxIo: 0, frameAt: 0, arrived: 0, recv: null, recvGen: 0, dest: 0, matched: false, copied: false, stripes: 0, live: false };
       this.msgs.push(m);
     }
     m.gen = (m.gen + 1) & 0xffff;

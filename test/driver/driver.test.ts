@@ -236,6 +236,22 @@ describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
     expect(new Set(io.map((m) => m[1])).size).toBe(2);
     for (const m of [...proto, ...io]) expect(Number(m[2])).toBeGreaterThan(0);
   }, 120_000);
+
+  it('TSNET_STATS=steps: the sender reports where its sends spent their time, the receiver its receives, the I/O threads\' steps included', async () => {
+    requireLib();
+    const r = await runDriver(['transfer', '--procs', '2', '--version', '12', '--verbose'], { ...TCP, TSNET_STATS: 'steps' });
+    expectClean(r);
+    const us = '[\\d.]+ / [\\d.]+( \\(\\d+\\))?';
+    const line = (op: string, steps: string) =>
+      new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: steps of ${op} on protocol thread \\d+, (\\d+) requests, median / p99 us: posted→picked up ${us}; picked up→submitted ${us}; ${steps}.*; posted→done ${us}$`, 'gm');
+    const sends = [...r.err.matchAll(line('isend', `submitted→written ${us}; (.*; )?written→done ${us}`))];
+    const recvs = [...r.err.matchAll(line('irecv', `submitted→landed ${us}; (.*; )?landed→done ${us}`))];
+    // one process sends, the other receives
+    expect(sends.length, r.err.slice(-3000)).toBeGreaterThan(0);
+    expect(recvs.length, r.err.slice(-3000)).toBeGreaterThan(0);
+    expect(new Set([...sends, ...recvs].map((m) => m[1])).size).toBe(2);
+    for (const m of [...sends, ...recvs]) expect(Number(m[2])).toBeGreaterThan(0);
+  }, 120_000);
 });
 
 describe('C driver, TCP, --procs 1, v12', () => {

@@ -105,6 +105,7 @@ function side(env: Env) {
     traceOpen: () => false,
     traceWrite: () => {},
     now: () => performance.now() * 1000,
+    timestamps: () => {},
   };
   const plugin = new Plugin(host, env);
   const done: Done[] = [];

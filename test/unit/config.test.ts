@@ -41,6 +41,7 @@ describe('readConfig defaults', () => {
       lanePolicy: roundRobin,
       traceFile: undefined,
       stats: false,
+      statsSteps: false,
       spinUs: 0,
       spinMaxUs: 0,
       pollUs: 50,
@@ -385,8 +386,15 @@ describe('readConfig: threads, policies, trace and statistics', () => {
     expect(readConfig({}).lines.join('\n')).not.toMatch(/trace/);
   });
 
-  it('TSNET_STATS is 0 or 1', () => {
+  it('TSNET_STATS is 0, 1 or steps (any case); steps is 1 plus the steps of requests', () => {
     expect(readConfig({ TSNET_STATS: '1' }).config.stats).toBe(true);
+    expect(readConfig({ TSNET_STATS: '1' }).config.statsSteps).toBe(false);
+    for (const v of ['steps', 'STEPS']) {
+      const { config, lines } = readConfig({ TSNET_STATS: v });
+      expect([config.stats, config.statsSteps]).toEqual([true, true]);
+      expect(lines).toContain('statistics = on, with the steps of requests (TSNET_STATS)');
+    }
+    expect(readConfig({ TSNET_STATS: '0' }).config.statsSteps).toBe(false);
     expect(readConfig({ TSNET_STATS: '1' }).lines).toContain('statistics = on (TSNET_STATS)');
     expect(readConfig({ TSNET_STATS: '0' }).config.stats).toBe(false);
     expect(readConfig({ TSNET_STATS: '0' }).lines).toContain('statistics = off (TSNET_STATS)');
@@ -464,6 +472,7 @@ describe('readConfig rejects bad values with a NetError naming the variable', ()
     [{ TSNET_STATS: 'yes' }, 'TSNET_STATS'],
     [{ TSNET_STATS: '2' }, 'TSNET_STATS'],
     [{ TSNET_STATS: 'true' }, 'TSNET_STATS'],
+    [{ TSNET_STATS: 'step' }, 'TSNET_STATS'],
     [{ TSNET_MIN_STRIPE: '5000' }, 'TSNET_MIN_STRIPE'],
   ])('%j', (env, name) => {
     const e = failure(env);
@@ -488,7 +497,7 @@ describe('readConfig rejects bad values with a NetError naming the variable', ()
     expect(failure({ TSNET_TRANSPORT: 'udp' }).message).toBe('TSNET_TRANSPORT=udp: expected tcp, ofi or loopback');
     expect(failure({ TSNET_MIN_STRIPE: '5000' }).message).toBe('TSNET_MIN_STRIPE=5000: expected a multiple of 4096');
     expect(failure({ TSNET_PROTOCOL_THREADS: '17' }).message).toBe('TSNET_PROTOCOL_THREADS=17: expected 1 to 16');
-    expect(failure({ TSNET_STATS: 'yes' }).message).toBe('TSNET_STATS=yes: expected 0 or 1');
+    expect(failure({ TSNET_STATS: 'yes' }).message).toBe('TSNET_STATS=yes: expected 0, 1 or steps');
   });
 
   it('names every known policy when a policy name is unknown', () => {

@@ -39,6 +39,7 @@ class FakeHost implements PluginHost {
   readonly traceFiles: string[] = [];
   readonly traceWrites: string[] = [];
   traceOk = true;
+  timestamped = 0;
   cpu = 0;
   busyUs = 0;
   clock = 5_000_000;
@@ -88,6 +89,9 @@ class FakeHost implements PluginHost {
   }
   now(): number {
     return this.clock;
+  }
+  timestamps(): void {
+    this.timestamped++;
   }
   /** The trace file as the native traceWrite leaves it ("[\n", writes joined by ",\n"), closed with "]". */
   traceJson(): TraceEvent[] {
@@ -820,6 +824,25 @@ describe('TSNET_STATS', () => {
     expect(infos().filter((m) => m.startsWith('stats: '))).toEqual([
       expect.stringMatching(/^stats: protocol thread 2: 0 requests in \d+\.\d\d s; CPU 0\.000 s \(- us per request\), busy 0\.000 s \(- us per request\)$/),
       'stats: wake-ups of protocol thread 2: none',
+    ]);
+  });
+
+  it('TSNET_STATS=steps turns timestamps on and adds a line per kind of request at finalize', async () => {
+    const t = setup({ ...LOOP, TSNET_STATS: 'steps' });
+    const ctx = t.init();
+    expect(t.host.timestamped).toBe(1);
+    const { send, recv } = t.connect(ctx);
+    const s = t.reg(send, MiB);
+    const r = t.reg(recv, MiB);
+    // the host's clock stands at 5 s: every turn flushes and every request ends then
+    t.post({ op: Op.RECV, comm: recv, slot: 0, bufs: [[r.mr, 0, 4096, 0]], postedUs: 4_999_000, takenUs: 4_999_500 });
+    t.post({ op: Op.SEND, comm: send, slot: 0, bufs: [[s.mr, 0, 4096, 0]], postedUs: 4_999_990, takenUs: 4_999_995 });
+    await t.settle();
+    expect(t.call('finalize', { ctx })).toEqual({});
+    const steps = infos().filter((m) => m.startsWith('stats: steps'));
+    expect(steps).toEqual([
+      'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 5.00 / 5.00; picked up→submitted 5.00 / 5.00; submitted→done 0.00 / 0.00; posted→done 10.0 / 10.0',
+      'stats: steps of irecv on protocol thread 0, 1 requests, median / p99 us: posted→picked up 500 / 500; picked up→submitted 500 / 500; submitted→done 0.00 / 0.00; posted→done 1000 / 1000',
     ]);
   });
 

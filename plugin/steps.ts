@@ -1,0 +1,162 @@
+// TSNET_STATS=steps: where a request's time goes between the threads it crosses, as medians
+// and p99s printed at finalize. It takes the timestamps TSNET_TRACE takes (NCCL's thread when
+// it posted the request, the protocol thread when it picked it up, the I/O threads' completions)
+// plus the moment the turn that picked it up handed its submissions to the I/O threads, and
+// keeps them in memory: writing a trace file per request slowed an 8-byte exchange eightfold
+// (docs/performance.md), which hides the very costs it should show.
+import { Op } from './native';
+import type { RequestTrace } from './protocol/endpoint';
+
+/** The latest samples of each interval kept for its quantiles. */
+export const STEP_SAMPLES = 16384;
+
+/** The last `STEP_SAMPLES` values of one interval, and the count and sum of all of them. */
+export class Samples {
+  private readonly ring = new Float64Array(STEP_SAMPLES);
+  count = 0;
+  sum = 0;
+
+  add(us: number): void {
+    this.ring[this.count % STEP_SAMPLES] = us;
+    this.count++;
+    this.sum += us;
+  }
+
+  /** The q-quantile (0..1) of the samples kept, nearest rank; NaN when there are none. */
+  quantile(q: number): number {
+    const n = Math.min(this.count, STEP_SAMPLES);
+    if (!n) return NaN;
+    const sorted = this.ring.slice(0, n).sort();
+    return sorted[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))];
+  }
+}
+
+const OP_NAMES: Record<number, string> = { [Op.SEND]: 'isend', [Op.RECV]: 'irecv', [Op.FLUSH]: 'iflush' };
+
+// Per comm and slot, in a Float64Array of FIELDS per slot.
+const F_OP = 0; // 0: nothing in flight in the slot
+const F_POSTED = 1;
+const F_TAKEN = 2;
+const F_SUBMITTED = 3; // 0 until the turn that picked it up flushed
+const F_FIRST = 4; // the first I/O step's time, and its name's index
+const F_FIRST_NAME = 5;
+const F_LAST = 6;
+const F_LAST_NAME = 7;
+const FIELDS = 8;
+
+/** Intervals in the order a request crosses them. */
+function rank(label: string): number {
+  if (label === 'posted→picked up') return 0;
+  if (label === 'picked up→submitted') return 1;
+  if (label === 'posted→done') return 6;
+  if (label === 'submitted→done') return 5;
+  if (label.startsWith('submitted→')) return 2;
+  if (label.endsWith('→done')) return 4;
+  return 3;
+}
+
+const fmt = (us: number) => (us >= 100 ? us.toFixed(0) : us >= 10 ? us.toFixed(1) : us.toFixed(2));
+
+export class StepStats {
+  private readonly slots = new Map<number, Float64Array>();
+  /** Requests picked up in this turn and not yet handed on: comm, slot pairs. */
+  private turn: number[] = [];
+  private readonly names: string[] = [];
+  private readonly nameIds = new Map<string, number>();
+  /** Per kind of request (isend, irecv, iflush), its intervals in the order first seen. */
+  private readonly kinds = new Map<string, { requests: number; intervals: Map<string, Samples> }>();
+
+  constructor(private readonly slotsPerComm: number) {}
+
+  forComm(comm: number): RequestTrace {
+    return { step: (slot, what, us) => this.step(comm, slot, what, us) };
+  }
+
+  /** A request was picked up from the mailbox; times in µs of CLOCK_MONOTONIC (0: unknown). */
+  begin(comm: number, slot: number, op: number, postedUs: number, takenUs: number): void {
+    let s = this.slots.get(comm);
+    if (!s) this.slots.set(comm, (s = new Float64Array(this.slotsPerComm * FIELDS)));
+    const b = slot * FIELDS;
+    if (b < 0 || b >= s.length) return;
+    s.fill(0, b, b + FIELDS);
+    s[b + F_OP] = op;
+    s[b + F_POSTED] = postedUs;
+    s[b + F_TAKEN] = takenUs;
+    this.turn.push(comm, slot);
+  }
+
+  /** The turn handed its submissions to the I/O threads at `us`. */
+  flushed(us: number): void {
+    const t = this.turn;
+    for (let k = 0; k < t.length; k += 2) {
+      const s = this.slots.get(t[k]);
+      const b = t[k + 1] * FIELDS;
+      if (s && s[b + F_OP] && !s[b + F_SUBMITTED]) s[b + F_SUBMITTED] = us;
+    }
+    t.length = 0;
+  }
+
+  step(comm: number, slot: number, what: string, us: number): void {
+    const s = this.slots.get(comm);
+    const b = slot * FIELDS;
+    if (!s || !us || b < 0 || b >= s.length || !s[b + F_OP]) return;
+    let id = this.nameIds.get(what);
+    if (id === undefined) {
+      id = this.names.push(what) - 1;
+      this.nameIds.set(what, id);
+    }
+    if (!s[b + F_FIRST]) {
+      s[b + F_FIRST] = us;
+      s[b + F_FIRST_NAME] = id;
+    }
+    s[b + F_LAST] = us;
+    s[b + F_LAST_NAME] = id;
+  }
+
+  /** The request ended at `us`. */
+  end(comm: number, slot: number, us: number): void {
+    const s = this.slots.get(comm);
+    const b = slot * FIELDS;
+    if (!s || b < 0 || b >= s.length || !s[b + F_OP]) return;
+    const op = s[b + F_OP];
+    s[b + F_OP] = 0;
+    const name = OP_NAMES[op] ?? `op ${op}`;
+    let k = this.kinds.get(name);
+    if (!k) this.kinds.set(name, (k = { requests: 0, intervals: new Map() }));
+    k.requests++;
+    const add = (label: string, from: number, to: number) => {
+      if (!from || !to || to < from) return;
+      let x = k!.intervals.get(label);
+      if (!x) k!.intervals.set(label, (x = new Samples()));
+      x.add(to - from);
+    };
+    const posted = s[b + F_POSTED];
+    const taken = s[b + F_TAKEN];
+    const submitted = s[b + F_SUBMITTED];
+    add('posted→picked up', posted, taken);
+    add('picked up→submitted', taken, submitted);
+    if (s[b + F_FIRST]) {
+      const first = this.names[s[b + F_FIRST_NAME]];
+      const last = this.names[s[b + F_LAST_NAME]];
+      add(`submitted→${first}`, submitted, s[b + F_FIRST]);
+      if (s[b + F_LAST] !== s[b + F_FIRST] || last !== first) add(`${first}→${last}`, s[b + F_FIRST], s[b + F_LAST]);
+      add(`${last}→done`, s[b + F_LAST], us);
+    } else add('submitted→done', submitted, us);
+    add('posted→done', posted, us);
+  }
+
+  /** One line per kind of request: each interval's median and p99 in µs, and how many it counted. */
+  lines(thread: number): string[] {
+    const order = (name: string) => ['isend', 'irecv', 'iflush'].indexOf(name) >>> 0;
+    return [...this.kinds].sort((a, b) => order(a[0]) - order(b[0])).map(([name, k]) => {
+      const parts = [...k.intervals].sort((a, b) => rank(a[0]) - rank(b[0])).map(([label, x]) => `${label} ${fmt(x.quantile(0.5))} / ${fmt(x.quantile(0.99))}${x.count !== k.requests ? ` (${x.count})` : ''}`);
+      return `stats: steps of ${name} on protocol thread ${thread}, ${k.requests} requests, median / p99 us: ${parts.join('; ')}`;
+    });
+  }
+}
+
+/** Several observers of a comm's requests as one (TSNET_TRACE and TSNET_STATS=steps together). */
+export function bothTraces(a: RequestTrace | undefined, b: RequestTrace | undefined): RequestTrace | undefined {
+  if (!a || !b) return a ?? b;
+  return { step: (slot, what, us, io) => (a.step(slot, what, us, io), b.step(slot, what, us, io)) };
+}

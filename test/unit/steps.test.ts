@@ -1,0 +1,97 @@
+// TSNET_STATS=steps (plugin/steps.ts): the intervals of each request between the threads it
+// crosses, their medians and p99s, and what is left out when a timestamp is missing.
+import { describe, expect, it } from 'vitest';
+import { Op } from '../../plugin/native';
+import { STEP_SAMPLES, Samples, StepStats, bothTraces } from '../../plugin/steps';
+
+describe('Samples', () => {
+  it('gives nearest-rank quantiles of what it keeps, and NaN when empty', () => {
+    const s = new Samples();
+    expect(s.quantile(0.5)).toBeNaN();
+    for (let v = 100; v >= 1; v--) s.add(v);
+    expect([s.quantile(0.5), s.quantile(0.99), s.quantile(1), s.quantile(0)]).toEqual([50, 99, 100, 1]);
+    expect([s.count, s.sum]).toEqual([100, 5050]);
+  });
+
+  it('keeps the latest STEP_SAMPLES values for its quantiles and counts every one', () => {
+    const s = new Samples();
+    for (let k = 0; k < STEP_SAMPLES; k++) s.add(1000);
+    for (let k = 0; k < STEP_SAMPLES; k++) s.add(2);
+    expect([s.quantile(0.5), s.quantile(1), s.count]).toEqual([2, 2, 2 * STEP_SAMPLES]);
+  });
+});
+
+describe('StepStats', () => {
+  it('splits a send into posted, picked up, submitted, its I/O steps and done', () => {
+    const st = new StepStats(256);
+    const trace = st.forComm(7);
+    st.begin(7, 3, Op.SEND, 100, 101.5);
+    st.flushed(103);
+    trace.step(3, 'written', 105, 0);
+    trace.step(3, 'acknowledged', 109, 1);
+    st.end(7, 3, 110);
+    expect(st.lines(0)).toEqual([
+      'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.50 / 1.50; ' +
+        'picked up→submitted 1.50 / 1.50; submitted→written 2.00 / 2.00; written→acknowledged 4.00 / 4.00; acknowledged→done 1.00 / 1.00; posted→done 10.0 / 10.0',
+    ]);
+  });
+
+  it('one line per kind, counts of intervals some requests lack, no step: submitted→done', () => {
+    const st = new StepStats(256);
+    // a receive whose data had landed: it ends inside the turn that picked it up, before the flush
+    st.begin(1, 0, Op.RECV, 10, 20);
+    st.forComm(1).step(0, 'landed', 15, 0);
+    st.end(1, 0, 21);
+    // a receive that waited for its data
+    st.begin(1, 1, Op.RECV, 30, 31);
+    st.flushed(32);
+    st.forComm(1).step(1, 'landed', 200, 0);
+    st.end(1, 1, 203);
+    // a flush with no I/O step
+    st.begin(1, 2, Op.FLUSH, 300, 301);
+    st.flushed(302);
+    st.end(1, 2, 350);
+    expect(st.lines(2)).toEqual([
+      'stats: steps of irecv on protocol thread 2, 2 requests, median / p99 us: posted→picked up 1.00 / 10.0; ' +
+        'picked up→submitted 1.00 / 1.00 (1); submitted→landed 168 / 168 (1); landed→done 3.00 / 6.00; posted→done 11.0 / 173',
+      'stats: steps of iflush on protocol thread 2, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; picked up→submitted 1.00 / 1.00; submitted→done 48.0 / 48.0; posted→done 50.0 / 50.0',
+    ]);
+  });
+
+  it('ignores steps and ends of slots with nothing in flight, of unknown comms and without a time', () => {
+    const st = new StepStats(4);
+    st.forComm(9).step(0, 'sent', 5, 0);
+    st.end(9, 0, 6);
+    st.begin(9, 1, Op.SEND, 1, 2);
+    st.forComm(9).step(1, 'sent', 0, 0); // no time: not a step
+    st.forComm(9).step(2, 'sent', 5, 0); // another slot
+    st.begin(9, 4, Op.SEND, 1, 2); // past the comm's slots
+    st.end(9, 1, 4);
+    st.end(9, 1, 8); // ended already
+    expect(st.lines(0)).toEqual([
+      'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; posted→done 3.00 / 3.00',
+    ]);
+  });
+
+  it('reuses a slot: a new begin forgets the old request', () => {
+    const st = new StepStats(256);
+    st.begin(1, 0, Op.SEND, 1, 2);
+    st.forComm(1).step(0, 'sent', 3, 0);
+    st.begin(1, 0, Op.SEND, 10, 12);
+    st.end(1, 0, 20);
+    expect(st.lines(0)[0]).toBe('stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 2.00 / 2.00; posted→done 10.0 / 10.0');
+  });
+});
+
+describe('bothTraces', () => {
+  it('is either one alone, or both called in turn', () => {
+    const seen: string[] = [];
+    const a = { step: (slot: number, what: string) => void seen.push(`a ${slot} ${what}`) };
+    const b = { step: (slot: number, what: string) => void seen.push(`b ${slot} ${what}`) };
+    expect(bothTraces(a, undefined)).toBe(a);
+    expect(bothTraces(undefined, b)).toBe(b);
+    expect(bothTraces(undefined, undefined)).toBeUndefined();
+    bothTraces(a, b)!.step(3, 'sent', 1, 0);
+    expect(seen).toEqual(['a 3 sent', 'b 3 sent']);
+  });
+});
