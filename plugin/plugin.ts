@@ -123,10 +123,14 @@ export class Plugin {
 
   /** A turn of this thread: count posted requests wait in the mailbox; completions wait in the rings. */
   turn(count: number): void {
+    const st = this.steps;
+    const entered = st ? this.host.now() : 0;
     if (count) this.requests(count);
     const t = this.transport;
     if (!t) return;
+    const handled = st ? this.host.now() : 0;
     t.poll();
+    const polled = st ? this.host.now() : 0;
     // A full submission ring: turn again as soon as the loop comes round, not when a
     // completion or the watchdog happens to wake this thread.
     if (t.flush() && !this.again) {
@@ -140,7 +144,7 @@ export class Plugin {
         }
       });
     }
-    this.steps?.flushed(this.host.now());
+    st?.flushed(entered, handled, polled, this.host.now());
     this.tracer?.flush();
   }
 

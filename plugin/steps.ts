@@ -42,12 +42,15 @@ const F_FIRST = 4; // the first I/O step's time, and its name's index
 const F_FIRST_NAME = 5;
 const F_LAST = 6;
 const F_LAST_NAME = 7;
-const FIELDS = 8;
+const F_ENTERED = 8; // the turn that picked it up: JavaScript entered, the requests handled, the completion rings read
+const F_HANDLED = 9;
+const F_POLLED = 10;
+const FIELDS = 11;
 
 /** Intervals in the order a request crosses them. */
 function rank(label: string): number {
-  if (label === 'posted→picked up') return 0;
-  if (label === 'picked up→submitted') return 1;
+  const turn = ['posted→picked up', 'picked up→in JS', 'in JS→handled', 'handled→polled', 'polled→submitted'].indexOf(label);
+  if (turn >= 0) return turn / 10;
   if (label === 'posted→done') return 6;
   if (label === 'submitted→done') return 5;
   if (label.startsWith('submitted→')) return 2;
@@ -85,13 +88,21 @@ export class StepStats {
     this.turn.push(comm, slot);
   }
 
-  /** The turn handed its submissions to the I/O threads at `us`. */
-  flushed(us: number): void {
+  /**
+   * The turn that picked the requests up ran JavaScript from `entered`, had handled them at
+   * `handled`, had read the completion rings at `polled` and handed its submissions to the I/O
+   * threads at `submitted`.
+   */
+  flushed(entered: number, handled: number, polled: number, submitted: number): void {
     const t = this.turn;
     for (let k = 0; k < t.length; k += 2) {
       const s = this.slots.get(t[k]);
       const b = t[k + 1] * FIELDS;
-      if (s && s[b + F_OP] && !s[b + F_SUBMITTED]) s[b + F_SUBMITTED] = us;
+      if (!s || !s[b + F_OP] || s[b + F_SUBMITTED]) continue;
+      s[b + F_ENTERED] = entered;
+      s[b + F_HANDLED] = handled;
+      s[b + F_POLLED] = polled;
+      s[b + F_SUBMITTED] = submitted;
     }
     t.length = 0;
   }
@@ -134,7 +145,10 @@ export class StepStats {
     const taken = s[b + F_TAKEN];
     const submitted = s[b + F_SUBMITTED];
     add('posted→picked up', posted, taken);
-    add('picked up→submitted', taken, submitted);
+    add('picked up→in JS', taken, s[b + F_ENTERED]);
+    add('in JS→handled', s[b + F_ENTERED], s[b + F_HANDLED]);
+    add('handled→polled', s[b + F_HANDLED], s[b + F_POLLED]);
+    add('polled→submitted', s[b + F_POLLED], submitted);
     if (s[b + F_FIRST]) {
       const first = this.names[s[b + F_FIRST_NAME]];
       const last = this.names[s[b + F_LAST_NAME]];

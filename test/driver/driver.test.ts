@@ -243,7 +243,7 @@ describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
     expectClean(r);
     const us = '[\\d.]+ / [\\d.]+( \\(\\d+\\))?';
     const line = (op: string, steps: string) =>
-      new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: steps of ${op} on protocol thread \\d+, (\\d+) requests, median / p99 us: posted→picked up ${us}; picked up→submitted ${us}; ${steps}.*; posted→done ${us}$`, 'gm');
+      new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: steps of ${op} on protocol thread \\d+, (\\d+) requests, median / p99 us: posted→picked up ${us}; picked up→in JS ${us}; in JS→handled ${us}; handled→polled ${us}; polled→submitted ${us}; ${steps}.*; posted→done ${us}$`, 'gm');
     const sends = [...r.err.matchAll(line('isend', `submitted→written ${us}; (.*; )?written→done ${us}`))];
     const recvs = [...r.err.matchAll(line('irecv', `submitted→landed ${us}; (.*; )?landed→done ${us}`))];
     // one process sends, the other receives

@@ -841,8 +841,8 @@ describe('TSNET_STATS', () => {
     expect(t.call('finalize', { ctx })).toEqual({});
     const steps = infos().filter((m) => m.startsWith('stats: steps'));
     expect(steps).toEqual([
-      'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 5.00 / 5.00; picked up→submitted 5.00 / 5.00; submitted→done 0.00 / 0.00; posted→done 10.0 / 10.0',
-      'stats: steps of irecv on protocol thread 0, 1 requests, median / p99 us: posted→picked up 500 / 500; picked up→submitted 500 / 500; submitted→done 0.00 / 0.00; posted→done 1000 / 1000',
+      'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 5.00 / 5.00; picked up→in JS 5.00 / 5.00; in JS→handled 0.00 / 0.00; handled→polled 0.00 / 0.00; polled→submitted 0.00 / 0.00; submitted→done 0.00 / 0.00; posted→done 10.0 / 10.0',
+      'stats: steps of irecv on protocol thread 0, 1 requests, median / p99 us: posted→picked up 500 / 500; picked up→in JS 500 / 500; in JS→handled 0.00 / 0.00; handled→polled 0.00 / 0.00; polled→submitted 0.00 / 0.00; submitted→done 0.00 / 0.00; posted→done 1000 / 1000',
     ]);
   });
 

@@ -22,17 +22,17 @@ describe('Samples', () => {
 });
 
 describe('StepStats', () => {
-  it('splits a send into posted, picked up, submitted, its I/O steps and done', () => {
+  it('splits a send into posted, picked up, its turn (JavaScript entered, requests handled, rings read, submitted), its I/O steps and done', () => {
     const st = new StepStats(256);
     const trace = st.forComm(7);
     st.begin(7, 3, Op.SEND, 100, 101.5);
-    st.flushed(103);
+    st.flushed(101.7, 102, 102.5, 103);
     trace.step(3, 'written', 105, 0);
     trace.step(3, 'acknowledged', 109, 1);
     st.end(7, 3, 110);
     expect(st.lines(0)).toEqual([
       'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.50 / 1.50; ' +
-        'picked up→submitted 1.50 / 1.50; submitted→written 2.00 / 2.00; written→acknowledged 4.00 / 4.00; acknowledged→done 1.00 / 1.00; posted→done 10.0 / 10.0',
+        'picked up→in JS 0.20 / 0.20; in JS→handled 0.30 / 0.30; handled→polled 0.50 / 0.50; polled→submitted 0.50 / 0.50; submitted→written 2.00 / 2.00; written→acknowledged 4.00 / 4.00; acknowledged→done 1.00 / 1.00; posted→done 10.0 / 10.0',
     ]);
   });
 
@@ -44,17 +44,17 @@ describe('StepStats', () => {
     st.end(1, 0, 21);
     // a receive that waited for its data
     st.begin(1, 1, Op.RECV, 30, 31);
-    st.flushed(32);
+    st.flushed(31.2, 31.5, 31.7, 32);
     st.forComm(1).step(1, 'landed', 200, 0);
     st.end(1, 1, 203);
     // a flush with no I/O step
     st.begin(1, 2, Op.FLUSH, 300, 301);
-    st.flushed(302);
+    st.flushed(301.5, 301.5, 301.5, 302);
     st.end(1, 2, 350);
     expect(st.lines(2)).toEqual([
       'stats: steps of irecv on protocol thread 2, 2 requests, median / p99 us: posted→picked up 1.00 / 10.0; ' +
-        'picked up→submitted 1.00 / 1.00 (1); submitted→landed 168 / 168 (1); landed→done 3.00 / 6.00; posted→done 11.0 / 173',
-      'stats: steps of iflush on protocol thread 2, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; picked up→submitted 1.00 / 1.00; submitted→done 48.0 / 48.0; posted→done 50.0 / 50.0',
+        'picked up→in JS 0.20 / 0.20 (1); in JS→handled 0.30 / 0.30 (1); handled→polled 0.20 / 0.20 (1); polled→submitted 0.30 / 0.30 (1); submitted→landed 168 / 168 (1); landed→done 3.00 / 6.00; posted→done 11.0 / 173',
+      'stats: steps of iflush on protocol thread 2, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; picked up→in JS 0.50 / 0.50; in JS→handled 0.00 / 0.00; handled→polled 0.00 / 0.00; polled→submitted 0.50 / 0.50; submitted→done 48.0 / 48.0; posted→done 50.0 / 50.0',
     ]);
   });
 
