@@ -14,6 +14,7 @@
 // the region, receives posted after their message arrived, grouped receives. A step that
 // fails stops the warm-up with an INFO line; init still succeeds (the plugin's own WARN, if
 // any, names what failed). It is bounded in time.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,7 @@ struct Run {
   const char* stopped = nullptr;  // the step that failed, or nullptr
   tsn_result_t rc = TSN_SUCCESS;
   int sent = 0;  // messages per pair so far
+  double roundTrip = 100e-6;  // how long a batch of receives and sends took, lately (seconds)
 
   bool fail(const char* step, tsn_result_t r) {
     if (!stopped) stopped = step, rc = r;
@@ -172,21 +174,36 @@ struct Run {
   }
 
   // Batch b on every pair: 1 to kWindow messages in flight, tags 0 and 1, buffers at varying
-  // offsets of the registered region; every 4th batch posts its receives only after its
-  // sends (eager messages then arrive before their receive), every 8th receives a batch of
-  // two or more in one grouped receive, as NCCL does with maxRecvs > 1.
+  // offsets of the registered region. The order varies as NCCL's does, in fours:
+  //   - two batches post their receives, wait about twice as long as a batch lately took (so
+  //     that the receiver's word of them reaches the sender, as with NCCL's receives posted
+  //     ahead) and only then their sends, which the protocol then writes straight into the
+  //     receive buffers instead of sending them eager: NCCL's usual path, which the other
+  //     orders reach only above the eager limit;
+  //   - one posts its receives and sends at once;
+  //   - one posts its receives only after its sends (eager messages then arrive before their
+  //     receive).
+  // The number of messages cycles through every order. Every 8th batch and every 16th early
+  // one receive two or more in one grouped receive, as NCCL does with maxRecvs > 1.
   bool batch(int b, double end) {
-    int k = 1 + b % kWindow;
+    int k = 1 + (b + b / 4) % kWindow;
+    bool early = b % 4 == 0 || b % 4 == 3;
     bool late = b % 4 == 2;
-    bool grouped = b % 8 == 5 && k > 1;
+    bool grouped = (b % 8 == 5 || b % 16 == 3) && k > 1;
+    double t0 = nowS();
     if (late) {
       if (!postSends(b, k, grouped)) return false;
       drain(false, 200e-6, end);  // eager sends end on their own; a written one waits for its receive
       if (stopped || !postRecvs(b, k, grouped)) return false;
+    } else if (early) {
+      if (!postRecvs(b, k, grouped)) return false;
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::min(500e-6, std::max(20e-6, 2 * roundTrip))));
+      if (!postSends(b, k, grouped)) return false;
     } else if (!postRecvs(b, k, grouped) || !postSends(b, k, grouped)) {
       return false;
     }
     if (!drain(true, 0, end)) return false;
+    if (!late && !early) roundTrip = 0.75 * roundTrip + 0.25 * (nowS() - t0);
     sent += k;
     return true;
   }
