@@ -1,4 +1,4 @@
-// The warm-up at the process's first init (TSNET_WARMUP, docs/performance.md item 14).
+// The warm-up at the process's first init (TSNET_WARMUP, docs/performance.md items 14, 15).
 //
 // V8 runs the plugin's data path in its interpreter until a function has been called a few
 // thousand times, and throws compiled code away when an object changes in a way it had not
@@ -9,9 +9,10 @@
 // plugin's own entry points, as NCCL's proxy would: one listener and one comm pair on
 // device 0 per protocol thread, host buffers registered on the comms, test() until every
 // request ended, then everything closed; twice, the first time briefly (see warmUp). The
-// batches vary what NCCL varies (see Run::batch): sizes of 8 bytes, 4 KiB and 64 KiB (eager,
-// eager with a payload, written or striped), up to 4 messages in flight, two tags, offsets in
-// the region, receives posted after their message arrived, grouped receives. A step that
+// batches vary what NCCL varies (see Run::batch): sizes of 0 and 8 bytes, 4 KiB and 64 KiB
+// (eager, eager with a payload, written or striped), up to 4 messages in flight, two tags,
+// offsets in the region, receives posted ahead of their messages, with them and after them,
+// grouped receives. A step that
 // fails stops the warm-up with an INFO line; init still succeeds (the plugin's own WARN, if
 // any, names what failed). It is bounded in time.
 #include <algorithm>
@@ -42,8 +43,10 @@ double nowS() {
 }
 
 // Message m's size: mostly 8 bytes (what latency-bound collectives send), every 8th 4 KiB
-// (eager, with a payload), every 32nd 64 KiB (above the eager limit: written, or striped).
-size_t sizeOf(int m) { return m % 32 == 31 ? kMaxMsg : m % 8 == 3 ? 4096 : 8; }
+// (eager, with a payload), every 16th none (NCCL sends empty messages too: under NCCL V8 threw
+// away code compiled without them), every 32nd 64 KiB (above the eager limit: written, or
+// striped).
+size_t sizeOf(int m) { return m % 32 == 31 ? kMaxMsg : m % 8 == 3 ? 4096 : m % 16 == 6 ? 0 : 8; }
 
 struct Pair {
   unsigned char handle[TSN_HANDLE_SIZE] = {};
@@ -256,7 +259,7 @@ void warmUp(void* ctx, int messages) {
     log(kLogInfo, "warm-up stopped after %d of %d message(s) per protocol thread: %s failed (result %d); init goes on",
         run.sent, messages, run.stopped, static_cast<int>(run.rc));
   else
-    log(kLogInfo, "warm-up: %d of %d message(s) of 8 B to 64 KiB on each of %d protocol thread(s) in %.0f ms (TSNET_WARMUP)",
+    log(kLogInfo, "warm-up: %d of %d message(s) of 0 B to 64 KiB on each of %d protocol thread(s) in %.0f ms (TSNET_WARMUP)",
         run.sent, messages, threads, ms);
 }
 
