@@ -312,6 +312,7 @@ export class Plugin {
   private closeComm(comm: Comm): void {
     comm.endpoint.close();
     this.comms.delete(comm.id);
+    this.steps?.forget(comm.id);
     if (this.config?.stats) log.info(commStatsLine(comm.id, comm.send ? 'send' : 'receive', comm.endpoint.stats, Date.now() - comm.opened));
   }
 

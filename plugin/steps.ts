@@ -124,6 +124,11 @@ export class StepStats {
     s[b + F_LAST_NAME] = id;
   }
 
+  /** The comm closed: its requests' times go (their intervals stay counted). */
+  forget(comm: number): void {
+    this.slots.delete(comm);
+  }
+
   /** The request ended at `us`. */
   end(comm: number, slot: number, us: number): void {
     const s = this.slots.get(comm);

@@ -73,6 +73,16 @@ describe('StepStats', () => {
     ]);
   });
 
+  it('forgets a closed comm\'s requests in flight, and keeps what it counted', () => {
+    const st = new StepStats(256);
+    st.begin(1, 0, Op.SEND, 1, 2);
+    st.end(1, 0, 5);
+    st.begin(1, 1, Op.SEND, 10, 12);
+    st.forget(1);
+    st.end(1, 1, 20); // closed: nothing to end
+    expect(st.lines(0)).toEqual(['stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; posted→done 4.00 / 4.00']);
+  });
+
   it('reuses a slot: a new begin forgets the old request', () => {
     const st = new StepStats(256);
     st.begin(1, 0, Op.SEND, 1, 2);
