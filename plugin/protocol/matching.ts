@@ -17,6 +17,7 @@
 // allocated per message or per post once warm (a new tag allocates its queues once).
 // removeRecv and the describe/forEach helpers walk what is posted or waiting: close and
 // diagnostics only.
+import { objectArray } from '../arrays';
 
 /** One buffer of a posted receive: its room and tag. */
 export interface RecvEntry {
@@ -100,7 +101,7 @@ interface Rec<R> {
 
 export class Matcher<R, M> {
   private readonly tagQueues = new Map<number, TagQueue<M>>();
-  private readonly pool: Rec<R>[] = [];
+  private readonly pool: Rec<R>[] = objectArray();
   private readonly free: number[] = [];
   private first: Rec<R> | undefined;
   private last: Rec<R> | undefined;

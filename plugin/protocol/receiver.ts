@@ -7,6 +7,7 @@
 // A message larger than its buffer fails the receive (and, through NACK, the send): its bytes
 // are dropped, nothing lands past a buffer.
 import { ResultCode } from '../abi';
+import { objectArray } from '../arrays';
 import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
 import type { Region } from '../memory';
@@ -102,11 +103,11 @@ export class Receiver extends Endpoint {
   private readonly recvs: RecvOp[];
   private readonly matcher: Matcher<RecvOp, Msg>;
   private readonly lanesQ: LaneQueue[];
-  private readonly msgs: Msg[] = [];
-  private readonly freeMsgs: Msg[] = [];
+  private readonly msgs: Msg[] = objectArray();
+  private readonly freeMsgs: Msg[] = objectArray();
   // Eager messages whose payload may still be in the ring, in ring order, with their generation
   // (a message whose generation moved on was copied and recycled).
-  private held: Msg[] = [];
+  private held: Msg[] = objectArray();
   private heldGen: number[] = [];
   private heldHead = 0;
   private nextSeq = 0;

@@ -36,7 +36,7 @@ export class Sender extends Endpoint {
   private counter = 0; // stripes sent so far: the lane policy's counter
   private active = 0;
   private readonly ops: SendOp[];
-  private readonly sizeOut = [0];
+  private readonly sizeOut = new Float64Array(1); // typed: sizes from the mailbox are boxed numbers
   /** A NACK for a send that had already completed: the next isend reports it. */
   private nacked: NetError | undefined;
 

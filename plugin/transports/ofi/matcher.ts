@@ -6,6 +6,7 @@
 //
 // The comm only calls post/arrive/clear and is told of matches through MatchSink; the
 // matching itself is plugin/protocol/matching.ts's, the one place the rule lives.
+import { objectArray } from '../../arrays';
 import { MAX_ENTRIES, Matcher, type RecvEntry } from '../../protocol/matching';
 
 export interface MatchSink<S> {
@@ -44,7 +45,7 @@ export class SharedSendMatcher<S> implements SendMatcher<S> {
   private readonly left = new Uint8Array(WINDOW); // unused entries per receive
   private readonly matcher: Matcher<number, S>;
   // Entry lists handed to Matcher.post, one per length, reused (only their tags change).
-  private readonly entries: RecvEntry[][] = [];
+  private readonly entries: RecvEntry[][] = objectArray();
 
   constructor(private readonly sink: MatchSink<S>) {
     this.matcher = new Matcher<number, S>((recv, index, send) => this.matched(recv, index, send));

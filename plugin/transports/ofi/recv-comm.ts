@@ -63,7 +63,7 @@ const enum Sub {
   DONE = 3,
 }
 
-const EMPTY: number[] = [];
+const EMPTY = new Float64Array(0);
 
 export class OfiRecvComm extends OfiComm implements RecvComm {
   readonly isRecv = true;
@@ -127,7 +127,9 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
   private readonly dSizes = new Float64Array(DONE_MAX * MAX_RECVS);
   private dHead = 0;
   private dTail = 0;
-  private readonly sizesOf: number[][] = Array.from({ length: MAX_RECVS + 1 }, (_, n) => new Array(n).fill(0));
+  // Typed arrays: sizes are copied from dSizes (a Float64Array), whose values made plain arrays of
+  // small integers change kind, and V8 throw the compiled code away, under NCCL.
+  private readonly sizesOf: Float64Array[] = Array.from({ length: MAX_RECVS + 1 }, (_, n) => new Float64Array(n));
 
   constructor(ep: OfiEndpoint, c: Connect) {
     super(ep, 'recv');

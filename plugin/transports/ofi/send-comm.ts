@@ -12,6 +12,7 @@
 // only when the receiver acknowledges its receive as fenced: libfabric's shm reports such a
 // write complete before the target's device-to-device copy has read the source, and NCCL
 // reuses a send buffer as soon as its send completes (docs/rdma-protocol.md).
+import { objectArray } from '../../arrays';
 import { ResultCode } from '../../abi';
 import { type NetError, internalError, invalidUsage, systemError } from '../../errors';
 import { log } from '../../log';
@@ -90,8 +91,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   private readonly mb32: Uint32Array;
   private readonly mbI32: Int32Array;
   private readonly matcher = new SharedSendMatcher<SendRec>(this);
-  private readonly recs: SendRec[] = [];
-  private readonly freeRecs: SendRec[] = [];
+  private readonly recs: SendRec[] = objectArray();
+  private readonly freeRecs: SendRec[] = objectArray();
   private live = 0;
   private eagerMax = -1;
   private eagerQueued = 0;
@@ -102,7 +103,9 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   private readonly tags = new Int32Array(8);
   private scheduler: StripeScheduler | undefined;
   private readonly schedule = new Schedule();
-  private readonly sizes = [0];
+  // A typed array: a size read from the mailbox (a Float64Array) is a boxed number, and storing
+  // one into a plain array of small integers made V8 throw the compiled code away under NCCL.
+  private readonly sizes = new Float64Array(1);
   private readonly hdr: DataView;
   /**
    * CUDA IPC with this peer: GPU memory is written from its IPC registration and the sends
