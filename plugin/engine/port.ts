@@ -245,6 +245,10 @@ export class Port {
       if (!r.dirty) continue;
       r.dirty = false;
       Atomics.store(r.hdr, RING.tail / 4, r.tail);
+      // Keep the cached head fresh here, so that room() finds the ring full only when it is:
+      // its branch that reads the head first ran after the warm-up (2048 submissions to one
+      // I/O thread), and V8 threw away the compiled submit path there (performance.md, item 16).
+      r.head = Atomics.load(r.hdr, RING.head / 4);
       if (Atomics.load(this.sleeping, t) === 1) this.binding.ioWake(t);
     }
   }

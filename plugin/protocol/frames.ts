@@ -62,13 +62,15 @@ const splitView = new DataView(split.buffer);
  * may wrap around the ring's end. Returns what is wrong with it, or undefined.
  */
 export function readFrame(rx: RxRing, at: number, out: Frame): string | undefined {
-  let dv = rx.view;
-  let o = at & rx.mask;
-  if (o + FRAME_BYTES > rx.mask + 1) {
-    for (let i = 0; i < FRAME_BYTES; i++) split[i] = rx.bytes[(at + i) & rx.mask];
-    dv = splitView;
-    o = 0;
-  }
+  const o = at & rx.mask;
+  if (o + FRAME_BYTES <= rx.mask + 1) return decode(rx.view, o, out);
+  for (let i = 0; i < FRAME_BYTES; i++) split[i] = rx.bytes[(at + i) & rx.mask];
+  return decode(splitView, 0, out);
+}
+
+// One function decodes from either view: readFrame choosing the view in place made V8 throw
+// its compiled code away at the first frame that wrapped round the ring (performance.md, item 16).
+function decode(dv: DataView, o: number, out: Frame): string | undefined {
   out.type = dv.getUint8(o);
   out.flags = dv.getUint8(o + 1);
   out.tag = dv.getInt32(o + 4, true);
