@@ -12,9 +12,8 @@
 // batches vary what NCCL varies (see Run::batch): sizes of 0 and 8 bytes, 4 KiB and 64 KiB
 // (eager, eager with a payload, written or striped), up to 4 messages in flight, two tags,
 // offsets in the region, receives posted ahead of their messages, with them and after them,
-// grouped receives. A step that
-// fails stops the warm-up with an INFO line; init still succeeds (the plugin's own WARN, if
-// any, names what failed). It is bounded in time.
+// grouped receives. A step that fails stops the warm-up with an INFO line; init still succeeds
+// (the plugin's own WARN, if any, names what failed). It is bounded in time.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>

@@ -57,3 +57,6 @@ export const enum Op {
   RECV = 2,
   FLUSH = 3,
 }
+
+/** The NCCL call that posted each kind of request (traces and statistics). */
+export const OP_NAMES: Record<number, string> = { [Op.SEND]: 'isend', [Op.RECV]: 'irecv', [Op.FLUSH]: 'iflush' };

@@ -4,7 +4,7 @@
 // plus the moment the turn that picked it up handed its submissions to the I/O threads, and
 // keeps them in memory: writing a trace file per request slowed an 8-byte exchange eightfold
 // (docs/performance.md), which hides the very costs it should show.
-import { Op } from './native';
+import { OP_NAMES } from './native';
 import type { RequestTrace } from './protocol/endpoint';
 
 /** The latest samples of each interval kept for its quantiles. */
@@ -30,8 +30,6 @@ export class Samples {
     return sorted[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))];
   }
 }
-
-const OP_NAMES: Record<number, string> = { [Op.SEND]: 'isend', [Op.RECV]: 'irecv', [Op.FLUSH]: 'iflush' };
 
 // Per comm and slot, in a Float64Array of FIELDS per slot.
 const F_OP = 0; // 0: nothing in flight in the slot
@@ -66,8 +64,8 @@ export class StepStats {
   private turn: number[] = [];
   private readonly names: string[] = [];
   private readonly nameIds = new Map<string, number>();
-  /** Per kind of request (isend, irecv, iflush), its intervals in the order first seen. */
-  private readonly kinds = new Map<string, { requests: number; intervals: Map<string, Samples> }>();
+  /** Per kind of request (Op), its intervals in the order first seen. */
+  private readonly kinds = new Map<number, { requests: number; intervals: Map<string, Samples> }>();
 
   constructor(private readonly slotsPerComm: number) {}
 
@@ -136,9 +134,8 @@ export class StepStats {
     if (!s || b < 0 || b >= s.length || !s[b + F_OP]) return;
     const op = s[b + F_OP];
     s[b + F_OP] = 0;
-    const name = OP_NAMES[op] ?? `op ${op}`;
-    let k = this.kinds.get(name);
-    if (!k) this.kinds.set(name, (k = { requests: 0, intervals: new Map() }));
+    let k = this.kinds.get(op);
+    if (!k) this.kinds.set(op, (k = { requests: 0, intervals: new Map() }));
     k.requests++;
     const add = (label: string, from: number, to: number) => {
       if (!from || !to || to < from) return;
@@ -166,10 +163,9 @@ export class StepStats {
 
   /** One line per kind of request: each interval's median and p99 in µs, and how many it counted. */
   lines(thread: number): string[] {
-    const order = (name: string) => ['isend', 'irecv', 'iflush'].indexOf(name) >>> 0;
-    return [...this.kinds].sort((a, b) => order(a[0]) - order(b[0])).map(([name, k]) => {
+    return [...this.kinds].sort((a, b) => a[0] - b[0]).map(([op, k]) => {
       const parts = [...k.intervals].sort((a, b) => rank(a[0]) - rank(b[0])).map(([label, x]) => `${label} ${fmt(x.quantile(0.5))} / ${fmt(x.quantile(0.99))}${x.count !== k.requests ? ` (${x.count})` : ''}`);
-      return `stats: steps of ${name} on protocol thread ${thread}, ${k.requests} requests, median / p99 us: ${parts.join('; ')}`;
+      return `stats: steps of ${OP_NAMES[op] ?? `op ${op}`} on protocol thread ${thread}, ${k.requests} requests, median / p99 us: ${parts.join('; ')}`;
     });
   }
 }

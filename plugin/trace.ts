@@ -4,7 +4,7 @@
 // when they landed, and named tracks for the threads involved. Every protocol thread of the
 // process appends to one file (%p in its name becomes the pid). Off, it costs one check per
 // request.
-import { Op } from './native';
+import { OP_NAMES, Op } from './native';
 import type { RequestTrace } from './protocol/endpoint';
 
 export interface TraceSink {
@@ -17,7 +17,6 @@ const NCCL_TID = 1;
 const protoTid = (k: number) => 1000 + k;
 const ioTid = (t: number) => 2000 + t;
 
-const OP_NAMES: Record<number, string> = { [Op.SEND]: 'isend', [Op.RECV]: 'irecv', [Op.FLUSH]: 'iflush' };
 
 export class Tracer {
   private readonly pid = process.pid;

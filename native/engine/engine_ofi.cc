@@ -26,8 +26,6 @@
 namespace tsn {
 namespace {
 
-// Registrations by number (what submissions name), with the operations in flight on each so
-// that deregistration waits for them: libfabric leaves an operation on a closed region undefined.
 // Memory of ofiAlloc: registered, and seen by JavaScript as an ArrayBuffer. It is freed when
 // both are gone, the ArrayBuffer collected and the registration deregistered, so that the
 // collector can never free memory that a posted receive or a peer's key still reaches.
@@ -43,6 +41,8 @@ void hostRelease(HostMem* h) {
   }
 }
 
+// Registrations by number (what submissions name), with the operations in flight on each so
+// that deregistration waits for them: libfabric leaves an operation on a closed region undefined.
 struct MrEntry {
   OfiMr* mr = nullptr;
   std::atomic<int> inflight{0};

@@ -217,8 +217,8 @@ export class OfiEndpoint {
   /**
    * After close() and after the rails' endpoints closed: the memory this endpoint registered
    * itself goes now, the bounce buffers, the regions still in quarantine and the flush line
-   * (nothing can write into them any more). Before, the collector freed it with the registrations left in
-   * place; the memory now stays until its registration is gone (native HostMem).
+   * (nothing can write into them any more). The memory itself stays until both its
+   * registration and its ArrayBuffer are gone (native HostMem).
    */
   freeMemory(): void {
     if (this.freed) return;

@@ -12,8 +12,8 @@
 // only when the receiver acknowledges its receive as fenced: libfabric's shm reports such a
 // write complete before the target's device-to-device copy has read the source, and NCCL
 // reuses a send buffer as soon as its send completes (docs/rdma-protocol.md).
-import { objectArray } from '../../arrays';
 import { ResultCode } from '../../abi';
+import { objectArray } from '../../arrays';
 import { type NetError, internalError, invalidUsage, systemError } from '../../errors';
 import { log } from '../../log';
 import { OfiComm } from './comm';
