@@ -10,21 +10,32 @@ import type { RequestTrace } from './protocol/endpoint';
 /** The latest samples of each interval kept for its quantiles. */
 export const STEP_SAMPLES = 16384;
 
-/** The last `STEP_SAMPLES` values of one interval, and the count and sum of all of them. */
+/**
+ * Each kind's first requests are also counted apart: under NCCL the first thousand or so
+ * operations of a small collective are slower than the rest (docs/performance.md), and the
+ * steps tell whether the JavaScript or the hand-overs between threads are what is slower.
+ */
+export const START_REQUESTS = 2000;
+
+/** The last `capacity` values of one interval, and the count and sum of all of them. */
 export class Samples {
-  private readonly ring = new Float64Array(STEP_SAMPLES);
+  private readonly ring: Float64Array;
   count = 0;
   sum = 0;
 
+  constructor(private readonly capacity = STEP_SAMPLES) {
+    this.ring = new Float64Array(capacity);
+  }
+
   add(us: number): void {
-    this.ring[this.count % STEP_SAMPLES] = us;
+    this.ring[this.count % this.capacity] = us;
     this.count++;
     this.sum += us;
   }
 
   /** The q-quantile (0..1) of the samples kept, nearest rank; NaN when there are none. */
   quantile(q: number): number {
-    const n = Math.min(this.count, STEP_SAMPLES);
+    const n = Math.min(this.count, this.capacity);
     if (!n) return NaN;
     const sorted = this.ring.slice(0, n).sort();
     return sorted[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))];
@@ -64,8 +75,8 @@ export class StepStats {
   private turn: number[] = [];
   private readonly names: string[] = [];
   private readonly nameIds = new Map<string, number>();
-  /** Per kind of request (Op), its intervals in the order first seen. */
-  private readonly kinds = new Map<number, { requests: number; intervals: Map<string, Samples> }>();
+  /** Per kind of request (Op), its intervals, and those of its first START_REQUESTS requests. */
+  private readonly kinds = new Map<number, { requests: number; intervals: Map<string, Samples>; start: Map<string, Samples> }>();
 
   constructor(private readonly slotsPerComm: number) {}
 
@@ -135,13 +146,18 @@ export class StepStats {
     const op = s[b + F_OP];
     s[b + F_OP] = 0;
     let k = this.kinds.get(op);
-    if (!k) this.kinds.set(op, (k = { requests: 0, intervals: new Map() }));
+    if (!k) this.kinds.set(op, (k = { requests: 0, intervals: new Map(), start: new Map() }));
     k.requests++;
+    const early = k.requests <= START_REQUESTS;
     const add = (label: string, from: number, to: number) => {
       if (!from || !to || to < from) return;
       let x = k!.intervals.get(label);
       if (!x) k!.intervals.set(label, (x = new Samples()));
       x.add(to - from);
+      if (!early) return;
+      let y = k!.start.get(label);
+      if (!y) k!.start.set(label, (y = new Samples(START_REQUESTS)));
+      y.add(to - from);
     };
     const posted = s[b + F_POSTED];
     const taken = s[b + F_TAKEN];
@@ -161,11 +177,18 @@ export class StepStats {
     add('posted→done', posted, us);
   }
 
-  /** One line per kind of request: each interval's median and p99 in µs, and how many it counted. */
+  /**
+   * One line per kind of request: each interval's median and p99 in µs (of the latest
+   * STEP_SAMPLES), and how many it counted; for a kind of more than START_REQUESTS requests, a
+   * second line with the same of its first START_REQUESTS.
+   */
   lines(thread: number): string[] {
-    return [...this.kinds].sort((a, b) => a[0] - b[0]).map(([op, k]) => {
-      const parts = [...k.intervals].sort((a, b) => rank(a[0]) - rank(b[0])).map(([label, x]) => `${label} ${fmt(x.quantile(0.5))} / ${fmt(x.quantile(0.99))}${x.count !== k.requests ? ` (${x.count})` : ''}`);
-      return `stats: steps of ${OP_NAMES[op] ?? `op ${op}`} on protocol thread ${thread}, ${k.requests} requests, median / p99 us: ${parts.join('; ')}`;
+    const describe = (intervals: Map<string, Samples>, requests: number) =>
+      [...intervals].sort((a, b) => rank(a[0]) - rank(b[0])).map(([label, x]) => `${label} ${fmt(x.quantile(0.5))} / ${fmt(x.quantile(0.99))}${x.count !== requests ? ` (${x.count})` : ''}`).join('; ');
+    return [...this.kinds].sort((a, b) => a[0] - b[0]).flatMap(([op, k]) => {
+      const head = `stats: steps of ${OP_NAMES[op] ?? `op ${op}`} on protocol thread ${thread}`;
+      const all = `${head}, ${k.requests} requests, median / p99 us: ${describe(k.intervals, k.requests)}`;
+      return k.requests > START_REQUESTS ? [all, `${head}, its first ${START_REQUESTS} requests, median / p99 us: ${describe(k.start, START_REQUESTS)}`] : [all];
     });
   }
 }

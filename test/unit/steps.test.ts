@@ -2,7 +2,7 @@
 // crosses, their medians and p99s, and what is left out when a timestamp is missing.
 import { describe, expect, it } from 'vitest';
 import { Op } from '../../plugin/native';
-import { STEP_SAMPLES, Samples, StepStats, bothTraces } from '../../plugin/steps';
+import { START_REQUESTS, STEP_SAMPLES, Samples, StepStats, bothTraces } from '../../plugin/steps';
 
 describe('Samples', () => {
   it('gives nearest-rank quantiles of what it keeps, and NaN when empty', () => {
@@ -81,6 +81,26 @@ describe('StepStats', () => {
     st.forget(1);
     st.end(1, 1, 20); // closed: nothing to end
     expect(st.lines(0)).toEqual(['stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; posted→done 4.00 / 4.00']);
+  });
+
+  it('counts the first START_REQUESTS requests of a kind apart too, once there are more', () => {
+    const st = new StepStats(4);
+    const send = (n: number, wait: number) => {
+      for (let k = 0; k < n; k++) {
+        st.begin(1, 0, Op.SEND, 10, 10 + wait);
+        st.end(1, 0, 20);
+      }
+    };
+    send(START_REQUESTS, 5);
+    expect(st.lines(0)).toEqual([`stats: steps of isend on protocol thread 0, ${START_REQUESTS} requests, median / p99 us: posted→picked up 5.00 / 5.00; posted→done 10.0 / 10.0`]);
+    send(1.5 * START_REQUESTS, 1);
+    st.begin(1, 0, Op.RECV, 1, 2);
+    st.end(1, 0, 3);
+    expect(st.lines(3)).toEqual([
+      `stats: steps of isend on protocol thread 3, ${2.5 * START_REQUESTS} requests, median / p99 us: posted→picked up 1.00 / 5.00; posted→done 10.0 / 10.0`,
+      `stats: steps of isend on protocol thread 3, its first ${START_REQUESTS} requests, median / p99 us: posted→picked up 5.00 / 5.00; posted→done 10.0 / 10.0`,
+      'stats: steps of irecv on protocol thread 3, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; posted→done 2.00 / 2.00',
+    ]);
   });
 
   it('reuses a slot: a new begin forgets the old request', () => {
