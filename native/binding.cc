@@ -112,6 +112,7 @@ void runTurn() {
       rec[3] = r->n;
       rec[4] = r->postedUs;
       rec[5] = taken;
+      rec[6] = r->warmup ? 1 : 0;
       for (int i = 0; i < r->n; i++) {
         double* b = rec + TSN_POST_HEAD + TSN_POST_BUF * i;
         b[0] = r->bufs[i].mrId;

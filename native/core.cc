@@ -128,6 +128,7 @@ static Request* takeSlot(Comm* c) {
 // Hands a filled slot to the comm's protocol thread.
 static void post(Comm* c, Request* r) {
   r->postedUs = tracing() ? traceNowUs() : 0;
+  r->warmup = warmingUp();
   __atomic_store_n(&c->status[r->index].state, kPosted, __ATOMIC_RELAXED);  // published by hostPost
   hostPost(c->thread, r);
 }

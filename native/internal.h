@@ -66,6 +66,7 @@ struct Request {
   int op;                   // OpKind
   int n;                    // buffers in the operation
   double postedUs;          // when NCCL posted it (TSNET_TRACE), else 0
+  bool warmup;              // posted by the warm-up at init (warmup.cc), not by NCCL
   Buf bufs[TSN_MAX_RECVS];  // what was posted
 };
 

@@ -29,6 +29,8 @@ namespace tsn {
 
 namespace {
 
+thread_local bool t_warming = false;
+
 constexpr int kWindow = 4;                      // messages in flight per comm, at most
 constexpr size_t kMaxMsg = 65536;               // the largest message
 constexpr size_t kSlot = kMaxMsg + 4096;        // each message in flight has its own slot
@@ -227,8 +229,14 @@ struct Run {
 
 }  // namespace
 
+bool warmingUp() { return t_warming; }
+
 void warmUp(void* ctx, int messages) {
   if (messages <= 0) return;
+  struct Marked {
+    Marked() { t_warming = true; }
+    ~Marked() { t_warming = false; }
+  } marked;
   int ndev = 0;
   if (tsn_devices(&ndev) != TSN_SUCCESS || ndev < 1) {
     log(kLogInfo, "warm-up skipped: no device");

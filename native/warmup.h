@@ -8,4 +8,8 @@ namespace tsn {
 // init: a step that fails ends it with an INFO line.
 void warmUp(void* ctx, int messages);
 
+// True on the thread running warmUp, while it runs: the requests it posts are marked as the
+// warm-up's (TSNET_STATS=steps counts them apart from NCCL's).
+bool warmingUp();
+
 }  // namespace tsn

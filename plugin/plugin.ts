@@ -166,7 +166,7 @@ export class Plugin {
       try {
         const b = at + POST.head;
         if (this.tracer) this.tracer.begin(comm.id, slot, op, m[b + 2], m[at + 4], m[at + 5]);
-        if (this.steps) this.steps.begin(comm.id, slot, op, m[at + 4], m[at + 5]);
+        if (this.steps) this.steps.begin(comm.id, slot, op, m[at + 4], m[at + 5], m[at + 6] === 1);
         if (op === Op.SEND) {
           const mr = m[b];
           comm.send!.isend(slot, mr ? this.regions.get(mr) : null, m[b + 1], m[b + 2], m[b + 3]);

@@ -54,7 +54,11 @@ const F_LAST_NAME = 7;
 const F_ENTERED = 8; // the turn that picked it up: JavaScript entered, the requests handled, the completion rings read
 const F_HANDLED = 9;
 const F_POLLED = 10;
-const FIELDS = 11;
+const F_WARMUP = 11; // 1: posted by the warm-up at init
+const FIELDS = 12;
+
+/** Kinds of the warm-up's requests are keyed by their op plus this, and printed after NCCL's. */
+const WARMUP_KIND = 1000;
 
 /** Intervals in the order a request crosses them. */
 function rank(label: string): number {
@@ -75,7 +79,10 @@ export class StepStats {
   private turn: number[] = [];
   private readonly names: string[] = [];
   private readonly nameIds = new Map<string, number>();
-  /** Per kind of request (Op), its intervals, and those of its first START_REQUESTS requests. */
+  /**
+   * Per kind of request (its Op, plus WARMUP_KIND for the warm-up's), its intervals, and those
+   * of its first START_REQUESTS requests.
+   */
   private readonly kinds = new Map<number, { requests: number; intervals: Map<string, Samples>; start: Map<string, Samples> }>();
 
   constructor(private readonly slotsPerComm: number) {}
@@ -84,8 +91,12 @@ export class StepStats {
     return { step: (slot, what, us) => this.step(comm, slot, what, us) };
   }
 
-  /** A request was picked up from the mailbox; times in µs of CLOCK_MONOTONIC (0: unknown). */
-  begin(comm: number, slot: number, op: number, postedUs: number, takenUs: number): void {
+  /**
+   * A request was picked up from the mailbox; times in µs of CLOCK_MONOTONIC (0: unknown).
+   * `warmup`: the warm-up at init posted it; its kinds are counted and printed apart, so that
+   * NCCL's lines (and their first requests) are NCCL's alone.
+   */
+  begin(comm: number, slot: number, op: number, postedUs: number, takenUs: number, warmup = false): void {
     let s = this.slots.get(comm);
     if (!s) this.slots.set(comm, (s = new Float64Array(this.slotsPerComm * FIELDS)));
     const b = slot * FIELDS;
@@ -94,6 +105,7 @@ export class StepStats {
     s[b + F_OP] = op;
     s[b + F_POSTED] = postedUs;
     s[b + F_TAKEN] = takenUs;
+    s[b + F_WARMUP] = warmup ? 1 : 0;
     this.turn.push(comm, slot);
   }
 
@@ -143,10 +155,10 @@ export class StepStats {
     const s = this.slots.get(comm);
     const b = slot * FIELDS;
     if (!s || b < 0 || b >= s.length || !s[b + F_OP]) return;
-    const op = s[b + F_OP];
+    const kind = s[b + F_OP] + (s[b + F_WARMUP] ? WARMUP_KIND : 0);
     s[b + F_OP] = 0;
-    let k = this.kinds.get(op);
-    if (!k) this.kinds.set(op, (k = { requests: 0, intervals: new Map(), start: new Map() }));
+    let k = this.kinds.get(kind);
+    if (!k) this.kinds.set(kind, (k = { requests: 0, intervals: new Map(), start: new Map() }));
     k.requests++;
     const early = k.requests <= START_REQUESTS;
     const add = (label: string, from: number, to: number) => {
@@ -180,13 +192,14 @@ export class StepStats {
   /**
    * One line per kind of request: each interval's median and p99 in µs (of the latest
    * STEP_SAMPLES), and how many it counted; for a kind of more than START_REQUESTS requests, a
-   * second line with the same of its first START_REQUESTS.
+   * second line with the same of its first START_REQUESTS. The warm-up's kinds come last.
    */
   lines(thread: number): string[] {
     const describe = (intervals: Map<string, Samples>, requests: number) =>
       [...intervals].sort((a, b) => rank(a[0]) - rank(b[0])).map(([label, x]) => `${label} ${fmt(x.quantile(0.5))} / ${fmt(x.quantile(0.99))}${x.count !== requests ? ` (${x.count})` : ''}`).join('; ');
-    return [...this.kinds].sort((a, b) => a[0] - b[0]).flatMap(([op, k]) => {
-      const head = `stats: steps of ${OP_NAMES[op] ?? `op ${op}`} on protocol thread ${thread}`;
+    return [...this.kinds].sort((a, b) => a[0] - b[0]).flatMap(([kind, k]) => {
+      const op = kind % WARMUP_KIND;
+      const head = `stats: steps of ${OP_NAMES[op] ?? `op ${op}`}${kind >= WARMUP_KIND ? ' of the warm-up' : ''} on protocol thread ${thread}`;
       const all = `${head}, ${k.requests} requests, median / p99 us: ${describe(k.intervals, k.requests)}`;
       return k.requests > START_REQUESTS ? [all, `${head}, its first ${START_REQUESTS} requests, median / p99 us: ${describe(k.start, START_REQUESTS)}`] : [all];
     });

@@ -106,7 +106,7 @@ typedef struct tsn_slot_status {
 } tsn_slot_status_t;
 
 // Records of the posted-request mailbox (native -> protocol thread), in doubles.
-#define TSN_POST_HEAD 6  // op, comm, slot, n, posted-at us (tracing), taken-at us (tracing)
+#define TSN_POST_HEAD 7  // op, comm, slot, n, posted-at us (tracing), taken-at us (tracing), 1 if the warm-up posted it
 #define TSN_POST_BUF 4   // per buffer: region id, offset, size, tag
 
 TSN_REC_ASSERT(sizeof(tsn_ring_hdr_t) == 192, "tsn_ring_hdr_t size");

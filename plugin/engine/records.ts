@@ -71,4 +71,4 @@ export const enum SlotState {
 }
 
 /** Posted-request mailbox records, in doubles: op, comm, slot, n, posted-at, taken-at, then 4 per buffer. */
-export const POST = { head: 6, buf: 4 } as const;
+export const POST = { head: 7, buf: 4 } as const;

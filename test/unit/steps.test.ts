@@ -103,6 +103,24 @@ describe('StepStats', () => {
     ]);
   });
 
+  it('counts the warm-up\'s requests apart, after NCCL\'s, and keeps them out of NCCL\'s first requests', () => {
+    const st = new StepStats(4);
+    for (let k = 0; k < 3; k++) {
+      st.begin(1, 0, Op.SEND, 10, 19, true);
+      st.end(1, 0, 20);
+    }
+    st.begin(2, 0, Op.SEND, 10, 11);
+    st.end(2, 0, 20);
+    st.begin(1, 1, Op.RECV, 10, 12, true);
+    st.forComm(1).step(1, 'landed', 15, 0);
+    st.end(1, 1, 16);
+    expect(st.lines(0)).toEqual([
+      'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.00 / 1.00; posted→done 10.0 / 10.0',
+      'stats: steps of isend of the warm-up on protocol thread 0, 3 requests, median / p99 us: posted→picked up 9.00 / 9.00; posted→done 10.0 / 10.0',
+      'stats: steps of irecv of the warm-up on protocol thread 0, 1 requests, median / p99 us: posted→picked up 2.00 / 2.00; landed→done 1.00 / 1.00; posted→done 6.00 / 6.00',
+    ]);
+  });
+
   it('reuses a slot: a new begin forgets the old request', () => {
     const st = new StepStats(256);
     st.begin(1, 0, Op.SEND, 1, 2);
