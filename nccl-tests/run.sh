@@ -26,7 +26,8 @@
 #             tsnet-ofi-rails tsnet-ofi-host over 4 rails (OFI_NCCL_FORCE_NUM_RAILS=4): with shm, every
 #                             rail an endpoint of its own, so a comm copies on 4 I/O threads
 #             tsnet-ofi-rails-comm  tsnet-ofi-rails with TSNET_OFI_SMALL_RAIL=comm: each comm's
-#                             small and single-stripe messages and control messages on one rail
+#                             small, eager and control messages and single-stripe ones up to
+#                             the eager limit on one rail
 #             socket          NCCL's Socket transport, defaults
 #             socket-tuned    Socket with NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4
 #             The ofi variants take the provider and library from EXTRA_ENV (FI_PROVIDER=shm,

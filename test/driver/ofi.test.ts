@@ -126,8 +126,8 @@ describe.skipIf(!HAVE_LIBFABRIC)('C driver, libfabric shm, OFI_NCCL_FORCE_NUM_RA
   });
 });
 
-// The same with TSNET_OFI_SMALL_RAIL=comm: each comm's small messages, single-stripe writes
-// and control messages on its home rail, larger messages still striped over the three.
+// The same with TSNET_OFI_SMALL_RAIL=comm: each comm's small messages, single-stripe writes up
+// to the eager limit and control messages on its home rail, longer ones over the three.
 describe.skipIf(!HAVE_LIBFABRIC)('C driver, libfabric shm, 3 rails, TSNET_OFI_SMALL_RAIL=comm', () => {
   const scenarios = ['transfer', 'inflight', 'grouped', 'pushback'];
   let pair: Run;

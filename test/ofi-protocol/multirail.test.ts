@@ -89,22 +89,23 @@ describe('multi-rail', () => {
     }
   });
 
-  it('TSNET_OFI_SMALL_RAIL=comm: small, single-stripe, eager and control messages on the comm\'s home rail', () => {
+  it('TSNET_OFI_SMALL_RAIL=comm: small, eager and control messages and single-stripe ones up to the eager limit on the comm\'s home rail', () => {
     const { w, send, recv, src, dst, one } = setup({ nicsA: 4, nicsB: 4, config: { smallRail: 'comm' } });
     const home = send.id % 4;
     expect(recv.peerComm).toBe(send.id); // the receiver computes the same home rail
     for (let i = 0; i < 3; i++) one(10 + i); // written whole (the receive came first)
-    one(100 * KiB); // written, one stripe
-    one(1 << 20); // written, 4 stripes
+    one(8 * KiB); // written, one stripe, up to the eager limit
+    one(100 * KiB); // written, one stripe, longer: the first of the rails' turns
+    one(1 << 20); // written, 4 stripes, from the next rail on
     const writes = dataWrites(w.a.host);
-    for (let r = 0; r < 4; r++) expect(writes[r]).toEqual(r === home ? [10, 11, 12, 102400, 262144] : [262144]);
+    for (let r = 0; r < 4; r++) expect(writes[r]).toEqual([...(r === home ? [10, 11, 12, 8192] : []), ...(r === 0 ? [102400] : []), 262144]);
     // eager: the sends come before their receives
     for (let i = 0; i < 3; i++) send.isend(100 + i, buf(src, 0, 20 + i, 0));
     for (let i = 0; i < 3; i++) recv.irecv(100 + i, [buf(dst, 0, 100, 0)]);
     w.run(() => [100, 101, 102].every((s) => w.a.has(s) && w.b.has(s)));
     const eager = w.a.host.rails.map((r) => r.log.filter((o) => o.type === 'send' && o.len < 100).map((o) => o.len - 8));
     expect(eager).toEqual([0, 1, 2, 3].map((r) => (r === home ? [20, 21, 22] : [])));
-    expect(ctrlWrites(w.b.host)).toEqual([0, 1, 2, 3].map((r) => (r === home ? 8 : 0)));
+    expect(ctrlWrites(w.b.host)).toEqual([0, 1, 2, 3].map((r) => (r === home ? 9 : 0)));
     // A second comm pair gets the next id, so its home is the next rail.
     const two = w.connect();
     expect(two.send.id % 4).toBe((home + 1) % 4);

@@ -87,6 +87,15 @@ describe('StripeScheduler', () => {
     expect(cut).toEqual([{ rail: 1, offset: 0, len: 1000 }, { rail: 1, offset: 1000, len: 1000 }, { rail: 1, offset: 2000, len: 500 }]);
   });
 
+  it('with a home rail, single-stripe messages longer than homeMax take turns over the rails', () => {
+    const s = new StripeScheduler(4, 128 * KiB, 64, 1 << 30, 2, 8 * KiB);
+    expect([10, 8 * KiB].map((n) => plan(s, n)[0].rail)).toEqual([2, 2]);
+    expect([1, 2, 3, 4, 5].map(() => plan(s, 128 * KiB))).toEqual([0, 1, 2, 3, 0].map((rail) => [{ rail, offset: 0, len: 128 * KiB }]));
+    expect(plan(s, 8 * KiB + 1)[0].rail).toBe(1);
+    expect(plan(s, 100)[0].rail).toBe(2);
+    expect(plan(s, 512 * KiB).map((g) => g.rail)).toEqual([2, 3, 0, 1]); // 4 stripes, from the same counter
+  });
+
   it('cuts a stripe larger than max_msg_size on its rail, and refuses more than 14 segments', () => {
     const s = new StripeScheduler(2, 1024, 64, 1000);
     const segs = plan(s, 4000);

@@ -15,9 +15,10 @@ export interface OfiConfig {
   rrCtrl: boolean;
   /**
    * TSNET_OFI_SMALL_RAIL: 'rr' (aws-ofi-nccl's schedule): eager messages, single-stripe writes
-   * and control messages take turns over the rails; 'comm': each comm keeps them on one rail
-   * of its own (its home rail: the sending comm's id modulo the rails), so that a comm's small
-   * traffic crosses one I/O thread per side, and only messages of several stripes spread.
+   * and control messages take turns over the rails; 'comm': each comm keeps its eager messages,
+   * its single-stripe writes up to the eager limit and its control messages on one rail of its
+   * own (its home rail: the sending comm's id modulo the rails), so that a comm's small traffic
+   * crosses one I/O thread per side; longer messages spread as with 'rr'.
    */
   smallRail: SmallRail;
   /** Rails a device uses, repeating or dropping NICs; 0: one per NIC (OFI_NCCL_FORCE_NUM_RAILS). */

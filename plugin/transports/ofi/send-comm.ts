@@ -193,7 +193,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.ipc = this.ep.config.gpuIpc && a.pid !== this.ep.pid;
     const maxMsg = Math.min(...this.ep.rails.map((r) => r.maxMsgSize));
     const home = this.ep.config.smallRail === 'comm' ? homeRail(this.id, this.rails) : -1;
-    this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg, home);
+    this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg, home, Math.max(this.eagerMax, this.ep.config.smallRrMax));
     this.connected = true;
     this.heard();
     log.info(
