@@ -143,7 +143,7 @@ function side(env: Env) {
         if (st) Atomics.store(st, r.slot * SLOT.ints + SLOT.state, SlotState.POSTED);
         nbufs.set(`${r.comm}/${r.slot}`, Math.max(r.bufs.length, 1));
         const b = k * STRIDE;
-        mailbox.set([r.op, r.comm, r.slot, r.bufs.length, 0, 0], b);
+        mailbox.set([r.op, r.comm, r.slot, r.bufs.length, 0, 0, 0], b);
         r.bufs.forEach((x, i) => mailbox.set(x, b + POST.head + POST.buf * i));
       });
       plugin.turn(chunk.length);

@@ -120,6 +120,8 @@ interface Rec {
   bufs: BufSpec[];
   postedUs?: number;
   takenUs?: number;
+  /** Posted by the warm-up at init (the record's mark). */
+  warmup?: boolean;
   /** Leave the slot's state alone (the core always sets POSTED first). */
   unposted?: boolean;
 }
@@ -175,7 +177,7 @@ function setup(env: Record<string, string> = LOOP, thread = 0) {
     m.fill(-7);
     recs.forEach((r, k) => {
       const at = k * STRIDE;
-      m.set([r.op, r.comm, r.slot, r.bufs.length, r.postedUs ?? 0, r.takenUs ?? 0], at);
+      m.set([r.op, r.comm, r.slot, r.bufs.length, r.postedUs ?? 0, r.takenUs ?? 0, r.warmup ? 1 : 0], at);
       r.bufs.forEach((b, i) => m.set(b, at + POST.head + POST.buf * i));
       const st = statuses.get(r.comm);
       if (st && !r.unposted) Atomics.store(st, r.slot * SLOT.ints + SLOT.state, SlotState.POSTED);
@@ -844,6 +846,29 @@ describe('TSNET_STATS', () => {
       'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 5.00 / 5.00; picked up→in JS 5.00 / 5.00; in JS→handled 0.00 / 0.00; handled→polled 0.00 / 0.00; polled→submitted 0.00 / 0.00; submitted→done 0.00 / 0.00; posted→done 10.0 / 10.0',
       'stats: steps of irecv on protocol thread 0, 1 requests, median / p99 us: posted→picked up 500 / 500; picked up→in JS 500 / 500; in JS→handled 0.00 / 0.00; handled→polled 0.00 / 0.00; polled→submitted 0.00 / 0.00; submitted→done 0.00 / 0.00; posted→done 1000 / 1000',
     ]);
+  });
+
+  it('TSNET_STATS=steps counts requests the mailbox marks as the warm-up\'s apart', async () => {
+    const t = setup({ ...LOOP, TSNET_STATS: 'steps' });
+    const ctx = t.init();
+    const { send, recv } = t.connect(ctx);
+    const s = t.reg(send, MiB);
+    const r = t.reg(recv, MiB);
+    t.post({ op: Op.RECV, comm: recv, slot: 0, bufs: [[r.mr, 0, 4096, 0]], postedUs: 4_999_000, takenUs: 4_999_500, warmup: true });
+    t.post({ op: Op.SEND, comm: send, slot: 0, bufs: [[s.mr, 0, 4096, 0]], postedUs: 4_999_990, takenUs: 4_999_995, warmup: true });
+    await t.settle();
+    t.post({ op: Op.SEND, comm: send, slot: 1, bufs: [[s.mr, 0, 8, 0]], postedUs: 4_999_998, takenUs: 4_999_999 });
+    t.post({ op: Op.RECV, comm: recv, slot: 1, bufs: [[r.mr, 0, 8, 0]], postedUs: 4_999_999, takenUs: 4_999_999 });
+    await t.settle();
+    expect(t.call('finalize', { ctx })).toEqual({});
+    const steps = infos().filter((m) => m.startsWith('stats: steps'));
+    expect(steps.map((l) => l.replace(/, median.*/, ''))).toEqual([
+      'stats: steps of isend on protocol thread 0, 1 requests',
+      'stats: steps of irecv on protocol thread 0, 1 requests',
+      'stats: steps of isend of the warm-up on protocol thread 0, 1 requests',
+      'stats: steps of irecv of the warm-up on protocol thread 0, 1 requests',
+    ]);
+    expect(steps[2]).toMatch(/posted→picked up 5\.00 \/ 5\.00; .*posted→done 10\.0 \/ 10\.0$/);
   });
 
   it('says nothing without TSNET_STATS', async () => {
