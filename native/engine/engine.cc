@@ -632,6 +632,10 @@ void threadMain(IoThread* t) {
       }
     }
     run.clear();
+    if (t->ofiActive) {
+      t->ofiActive = false;
+      work = true;
+    }
     uint64_t now = nowNs();
     int lingerMs = -1;
     for (size_t i = 0; i < t->lingering.size();) {

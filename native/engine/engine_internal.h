@@ -116,6 +116,7 @@ struct IoThread {
   std::vector<Lane*> ofi;        // libfabric lanes: polled every pass
   int cudaDevice = -1;           // the GPU whose primary context this thread made current (-1: none)
   int ofiNoWait = 0;             // of those, lanes without a wait fd: the thread never blocks long
+  bool ofiActive = false;        // this pass found completions on them: activity, like a submission
   Op* freeOps = nullptr;
   std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread
   std::atomic<uint64_t> spinNs{0};  // after work, poll this long before sleeping (TSNET_SPIN_US; ioSetSpin)
@@ -182,7 +183,7 @@ void listLane(IoThread* t, Lane* l);
 void retireNow(IoThread* t, Lane* l);
 // engine_ofi.cc (libfabric lanes; the caller holds the lane's lock where it says so)
 void ofiTake(IoThread* t, Lane* l, Op* op);          // queue a post (lock held)
-bool ofiProgress(IoThread* t, Lane* l);              // post what waits, poll; true: work remains (lock held)
+bool ofiProgress(IoThread* t, Lane* l);              // post what waits, poll; true: work remains (lock held); sets t->ofiActive on completions
 void ofiClose(Lane* l);                              // close the endpoint, drop every op (lock held)
 void ofiDelete(Lane* l);                             // the lane is freed: its endpoint goes
 void ofiRelease(Op* op);                             // an op leaves: its registrations' counts drop

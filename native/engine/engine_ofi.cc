@@ -184,6 +184,10 @@ bool ofiProgress(IoThread* t, Lane* l) {
     emit(t, l->port, l->link, TSN_CQE_REMOTE, n, 0);
     return false;
   }
+  // Completions are activity: a peer's writes landing on an endpoint this thread never posts
+  // to keep it polling as closely as its own submissions would (busy-poll window, then every
+  // TSNET_OFI_POLL_US for a millisecond), instead of once a millisecond while they come.
+  if (n > 0) t->ofiActive = true;
   for (int i = 0; i < n; i++) {
     const OfiCompletion& c = cs[i];
     if (c.status) noteError(l, c.error);
