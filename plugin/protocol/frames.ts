@@ -4,6 +4,7 @@
 // receiver -> sender: NACK (message seq did not fit its receive; size is the receive's size)
 // either way: CLOSE (the comm was closed), HEARTBEAT (a side that wrote nothing for a while,
 // so that its peer can tell a quiet link from a dead one)
+import { copyBytes } from '../arrays';
 import type { RxRing } from './link';
 
 export const FRAME_BYTES = 24;
@@ -83,6 +84,6 @@ function decode(dv: DataView, o: number, out: Frame): string | undefined {
 export function copyOut(rx: RxRing, at: number, len: number, dst: Uint8Array, offset: number): void {
   const o = at & rx.mask;
   const first = Math.min(len, rx.mask + 1 - o);
-  dst.set(rx.bytes.subarray(o, o + first), offset);
-  if (len > first) dst.set(rx.bytes.subarray(0, len - first), offset + first);
+  copyBytes(dst, offset, rx.bytes, o, first);
+  if (len > first) copyBytes(dst, offset + first, rx.bytes, 0, len - first);
 }

@@ -20,6 +20,7 @@ import { Plugin, type PluginHost } from '../../plugin/plugin';
 import { TcpTransport } from '../../plugin/transports/tcp';
 import { HELLO_BYTES, Role, decodeHandle, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
 import { type EngineAddon, KiB, MiB, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
+import { allocatedBy, pluginSites } from '../support/allocation';
 import { captureLog } from '../support/log-capture';
 
 const log = captureLog();
@@ -1206,4 +1207,42 @@ describe.skipIf(!!missing)('tcp: nothing leaks', () => {
     await until(() => openFds() === fds0, 5000, `the fd count to return to ${fds0}`);
     expect(warnings().filter((w) => !/closed|reset|does not fit|deregistered/.test(w))).toEqual([]);
   });
+});
+
+// Garbage makes young-generation collections, which stop a protocol thread for 0.3-0.6 ms
+// each: under NCCL one came every 60 ms or so (docs/performance.md, item 18).
+describe.skipIf(!!missing)('tcp: garbage on the data path', () => {
+  it('an 8-byte ping-pong allocates under 200 bytes per message in the plugin\'s code (about 550 before item 18, about 80 after)', async () => {
+    const c = await connected();
+    const back = listen(c.b);
+    const hs = await handshake(c.b, c.a, back.listen, back.handle);
+    const s1 = c.b.reg(c.send, 4096);
+    const r1 = c.a.reg(c.recv, 4096);
+    const s2 = c.a.reg(hs.send, 4096);
+    const r2 = c.b.reg(hs.recv, 4096);
+    let slot = 0;
+    const one = (from: Side, to: Side, send: number, recv: number, s: { mr: number }, r: { mr: number }) => {
+      const k = slot++ % 200;
+      to.post({ op: Op.RECV, comm: recv, slot: k, bufs: [[r.mr, 0, 8, 1]] });
+      from.post({ op: Op.SEND, comm: send, slot: k, bufs: [[s.mr, 0, 8, 1]] });
+      for (const end = Date.now() + 10_000; !to.of(recv, k) || !from.of(send, k); ) {
+        if (Date.now() > end) throw new Error(`message ${slot} did not arrive`);
+        c.a.pump();
+        c.b.pump();
+      }
+      c.a.done.length = 0;
+      c.b.done.length = 0;
+    };
+    const round = () => {
+      one(c.b, c.a, c.send, c.recv, s1, r1);
+      one(c.a, c.b, hs.send, hs.recv, s2, r2);
+    };
+    for (let i = 0; i < 3000; i++) round(); // compiled
+    const rounds = 10_000;
+    const a = await allocatedBy(() => {
+      for (let i = 0; i < rounds; i++) round();
+    });
+    const mine = a.sites.filter(([site]) => site.includes('plugin/')).reduce((t, [, b]) => t + b, 0);
+    expect(mine / (2 * rounds), pluginSites(a, 2 * rounds).slice(0, 10).join('\n')).toBeLessThan(200);
+  }, 120_000);
 });

@@ -4,6 +4,7 @@
 // both ends on one thread. Prints the rates; fails only far below what a protocol thread needs.
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
+import { allocatedBy, pluginSites } from '../support/allocation';
 import { OFI_DEFAULTS } from '../../plugin/transports/ofi/config';
 import { OfiEndpoint } from '../../plugin/transports/ofi/endpoint';
 import { type Completion, CqFlag, type HostBuffer, type Rail, type Region, type Registration, type ReqBuf } from '../../plugin/transports/ofi/fabric';
@@ -158,6 +159,13 @@ class LoopRail implements Rail {
 }
 
 function measure(label: string, size: number, group: number, eagerMax: number, total: number): number {
+  const { msgs, ms } = exchange(size, group, eagerMax, total).run();
+  console.log(`${label}: ${(msgs / ms / 1000).toFixed(2)} M messages/s, ${((ms * 1000) / msgs).toFixed(2)} us per message for sender and receiver together`);
+  return msgs / (ms / 1000);
+}
+
+/** A connected pair over the lean fabric, warmed up; run() sends about `total` messages. */
+function exchange(size: number, group: number, eagerMax: number, total: number) {
   const net = new LoopNet();
   const ra = new LoopRail(net, 0);
   const rb = new LoopRail(net, 1);
@@ -196,13 +204,16 @@ function measure(label: string, size: number, group: number, eagerMax: number, t
   const per = 16 * group;
   const warm = Math.ceil(2000 / per);
   for (let n = 0; n < warm; n++) round(n * 16);
-  const rounds = Math.ceil(total / per);
-  const t = performance.now();
-  for (let n = warm; n < warm + rounds; n++) round(n * 16);
-  const ms = performance.now() - t;
-  const msgs = rounds * per;
-  console.log(`${label}: ${(msgs / ms / 1000).toFixed(2)} M messages/s, ${((ms * 1000) / msgs).toFixed(2)} us per message for sender and receiver together`);
-  return msgs / (ms / 1000);
+  let next = warm;
+  return {
+    run() {
+      const rounds = Math.ceil(total / per);
+      const t = performance.now();
+      for (let n = next; n < next + rounds; n++) round(n * 16);
+      next += rounds;
+      return { msgs: rounds * per, ms: performance.now() - t };
+    },
+  };
 }
 
 describe('protocol CPU per message (lean loopback fabric)', () => {
@@ -216,4 +227,21 @@ describe('protocol CPU per message (lean loopback fabric)', () => {
     ];
     for (const r of rates.slice(0, 2).concat(rates.slice(3))) expect(r).toBeGreaterThan(50_000);
   });
+});
+
+// Garbage makes young-generation collections, which stop a protocol thread for 0.3-0.6 ms each
+// (docs/performance.md, item 18). Before item 18 an eager 64-byte message allocated about 108
+// bytes here (a view per copy into its receive buffer), about 16 after.
+describe('protocol garbage per message (lean loopback fabric)', () => {
+  for (const [label, eagerMax, limit] of [['eager 64 B', 8192, 50], ['written 64 B (eager off)', -1, 40]] as const)
+    it(`${label}: under ${limit} bytes per message in the plugin's code`, async () => {
+      const x = exchange(64, 1, eagerMax, 20_000);
+      x.run(); // compiled
+      let msgs = 0;
+      const a = await allocatedBy(() => {
+        msgs = x.run().msgs;
+      });
+      const mine = a.sites.filter(([site]) => site.includes('plugin/')).reduce((t, [, b]) => t + b, 0);
+      expect(mine / msgs, pluginSites(a, msgs).slice(0, 10).join('\n')).toBeLessThan(limit);
+    });
 });

@@ -3,7 +3,7 @@
 // (performance.md, item 16). V8's own test functions tell the kinds apart.
 import v8 from 'node:v8';
 import { describe, expect, it } from 'vitest';
-import { objectArray } from '../../plugin/arrays';
+import { COPY_LOOP_BELOW, copyBytes, objectArray } from '../../plugin/arrays';
 import { Matcher } from '../../plugin/protocol/matching';
 
 v8.setFlagsFromString('--allow-natives-syntax');
@@ -28,5 +28,18 @@ describe('objectArray', () => {
     const pool = (m as unknown as { pool: unknown[] }).pool;
     expect(pool).toEqual([]);
     expect(hasObjectElements(pool)).toBe(true);
+  });
+});
+
+describe('copyBytes', () => {
+  it('copies exactly len bytes between offsets, by loop below COPY_LOOP_BELOW and by view above', () => {
+    for (const len of [0, 1, 8, COPY_LOOP_BELOW - 1, COPY_LOOP_BELOW, 3 * COPY_LOOP_BELOW + 5]) {
+      const src = Uint8Array.from({ length: len + 20 }, (_, i) => (i * 7 + 3) & 0xff);
+      const dst = new Uint8Array(len + 40).fill(0xee);
+      copyBytes(dst, 11, src, 5, len);
+      expect(Array.from(dst.subarray(11, 11 + len))).toEqual(Array.from(src.subarray(5, 5 + len)));
+      expect(dst.subarray(0, 11).every((b) => b === 0xee)).toBe(true);
+      expect(dst.subarray(11 + len).every((b) => b === 0xee)).toBe(true);
+    }
   });
 });

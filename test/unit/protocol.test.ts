@@ -235,6 +235,33 @@ describe('grouped receives', () => {
   });
 });
 
+describe('eager messages held in the ring', () => {
+  // The receiver keeps the eager messages whose payload is still in its ring in a queue that
+  // keeps its storage (performance.md, item 18): it compacts once more than half of it is
+  // behind its head, and grows again as messages keep coming.
+  it('150 before their receives, taken one at a time, then 80 more while 50 are held: every payload intact', async () => {
+    const p = pair({ lanes: 1, eagerMax: 1000 });
+    const size = (k: number) => 1 + ((k * 37) % 200);
+    const src = Array.from({ length: 230 }, (_, k) => p.mem.buf(size(k), k + 1));
+    const dst = Array.from({ length: 230 }, (_, k) => p.mem.buf(size(k)));
+    const take = async (from: number, to: number) => {
+      for (let k = from; k < to; k++) {
+        p.recv(k, { buf: dst[k], tag: 3 });
+        await p.settle();
+        expect(p.received.at(-1), `receive ${k}`).toEqual(ok(k, size(k)));
+      }
+    };
+    for (let k = 0; k < 150; k++) p.send(k, src[k], 3);
+    await p.settle();
+    await take(0, 100);
+    for (let k = 150; k < 230; k++) p.send(k, src[k], 3);
+    await p.settle();
+    await take(100, 230);
+    for (let k = 0; k < 230; k++) expectLanded(dst[k], src[k].view.slice(), `message ${k}`);
+    expect(p.sent.length).toBe(230);
+  });
+});
+
 describe('tag push-back (the receive patterns of aws-ofi-nccl)', () => {
   // Each case: receives as lists of tags, the tags of the sends in order, and where each send
   // must land as [receive, entry].

@@ -13,6 +13,7 @@
 // Completions are queued and reported when the outermost call returns, so a completion
 // callback may post the next request.
 import { ResultCode } from '../../abi';
+import { copyBytes } from '../../arrays';
 import { type NetError, internalError } from '../../errors';
 import { log } from '../../log';
 import { OfiComm } from './comm';
@@ -382,7 +383,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     }
     const from = pool.offset(id) + EAGER_HEADER_BYTES;
     if (region.bytes) {
-      region.bytes.set(pool.bytes(id).subarray(from, from + len), this.sOffset[sub]);
+      copyBytes(region.bytes, this.sOffset[sub], pool.bytes(id), from, len);
       pool.release(id);
       return this.subDone(w, sub);
     }

@@ -208,6 +208,9 @@ export class OfiTransport implements Transport {
         name: `ofi ${d.name}`,
         timeoutMs: this.config.timeoutSec * 1000,
         gpuEager: d.nics.every((i) => this.opened.nics[i].mixedIov),
+        // Completions come from the port's poll, which has just read the time: a Date.now()
+        // per batch would allocate its number again.
+        clock: () => port.now,
       });
     } catch (e) {
       rails.forEach((r) => r.close());
