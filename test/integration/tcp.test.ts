@@ -4,6 +4,8 @@
 // mailbox records and slot states, eager and striped messages, grouped receives and the tag
 // push-back rule, strangers on the listener's port, bad handles, peers that close or vanish
 // mid-transfer, deregMr and close with requests in flight, and a leak check over many cycles.
+// The garbage the data path makes is measured here too, over TCP and (the same harness,
+// TSNET_TRANSPORT=ofi) over libfabric's shm provider.
 // This test plays the native core: it writes the mailbox, marks slots POSTED, calls turn() and
 // reads the slot states the plugin writes, as test() does.
 import { spawnSync } from 'node:child_process';
@@ -17,9 +19,10 @@ import type { Port } from '../../plugin/engine/port';
 import { POST, SLOT, SlotState } from '../../plugin/engine/records';
 import { Op } from '../../plugin/native';
 import { Plugin, type PluginHost } from '../../plugin/plugin';
-import { TcpTransport } from '../../plugin/transports/tcp';
+import { makeTransport } from '../../plugin/transports';
 import { HELLO_BYTES, Role, decodeHandle, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
 import { type EngineAddon, KiB, MiB, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
+import { HAVE_LIBFABRIC } from '../driver/build-driver';
 import { allocatedBy, pluginSites } from '../support/allocation';
 import { captureLog } from '../support/log-capture';
 
@@ -96,7 +99,7 @@ function side(env: Env) {
     slotsPerComm: SLOTS,
     startThreads: () => {},
     setSpin: () => {},
-    makeTransport: (config) => new TcpTransport(config, { binding: A, port }),
+    makeTransport: (config, regions) => makeTransport(config, regions, A as never, () => port, 0),
     threadCpu: () => 0,
     busy: () => 0,
     ioCpu: () => [],
@@ -210,6 +213,8 @@ async function handshake(a: Side, b: Side, listenId: number, handle: Uint8Array,
       if (recv) a.attach(recv);
     }
     if (Date.now() > end) throw new Error(`no comm after ${ms} ms (send ${send}, recv ${recv})`);
+    a.pump(); // libfabric's CONNECT and ACCEPT travel through the engine's rings
+    b.pump();
     await turn();
   }
   return { send, recv };
@@ -1211,38 +1216,54 @@ describe.skipIf(!!missing)('tcp: nothing leaks', () => {
 
 // Garbage makes young-generation collections, which stop a protocol thread for 0.3-0.6 ms
 // each: under NCCL one came every 60 ms or so (docs/performance.md, item 18).
-describe.skipIf(!!missing)('tcp: garbage on the data path', () => {
-  it('an 8-byte ping-pong allocates under 200 bytes per message in the plugin\'s code (about 550 before item 18, about 80 after)', async () => {
-    const c = await connected();
-    const back = listen(c.b);
-    const hs = await handshake(c.b, c.a, back.listen, back.handle);
-    const s1 = c.b.reg(c.send, 4096);
-    const r1 = c.a.reg(c.recv, 4096);
-    const s2 = c.a.reg(hs.send, 4096);
-    const r2 = c.b.reg(hs.recv, 4096);
-    let slot = 0;
-    const one = (from: Side, to: Side, send: number, recv: number, s: { mr: number }, r: { mr: number }) => {
-      const k = slot++ % 200;
-      to.post({ op: Op.RECV, comm: recv, slot: k, bufs: [[r.mr, 0, 8, 1]] });
-      from.post({ op: Op.SEND, comm: send, slot: k, bufs: [[s.mr, 0, 8, 1]] });
-      for (const end = Date.now() + 10_000; !to.of(recv, k) || !from.of(send, k); ) {
-        if (Date.now() > end) throw new Error(`message ${slot} did not arrive`);
-        c.a.pump();
-        c.b.pump();
-      }
-      c.a.done.length = 0;
-      c.b.done.length = 0;
-    };
-    const round = () => {
-      one(c.b, c.a, c.send, c.recv, s1, r1);
-      one(c.a, c.b, hs.send, hs.recv, s2, r2);
-    };
-    for (let i = 0; i < 3000; i++) round(); // compiled
-    const rounds = 10_000;
-    const a = await allocatedBy(() => {
-      for (let i = 0; i < rounds; i++) round();
-    });
-    const mine = a.sites.filter(([site]) => site.includes('plugin/')).reduce((t, [, b]) => t + b, 0);
-    expect(mine / (2 * rounds), pluginSites(a, 2 * rounds).slice(0, 10).join('\n')).toBeLessThan(200);
+async function pingPongGarbage(env: Env = {}): Promise<number> {
+  const c = await connected(env);
+  const back = listen(c.b);
+  const hs = await handshake(c.b, c.a, back.listen, back.handle);
+  const s1 = c.b.reg(c.send, 4096);
+  const r1 = c.a.reg(c.recv, 4096);
+  const s2 = c.a.reg(hs.send, 4096);
+  const r2 = c.b.reg(hs.recv, 4096);
+  let slot = 0;
+  const one = (from: Side, to: Side, send: number, recv: number, s: { mr: number }, r: { mr: number }) => {
+    const k = slot++ % 200;
+    to.post({ op: Op.RECV, comm: recv, slot: k, bufs: [[r.mr, 0, 8, 1]] });
+    from.post({ op: Op.SEND, comm: send, slot: k, bufs: [[s.mr, 0, 8, 1]] });
+    for (const end = Date.now() + 10_000; !to.of(recv, k) || !from.of(send, k); ) {
+      if (Date.now() > end) throw new Error(`message ${slot} did not arrive`);
+      c.a.pump();
+      c.b.pump();
+    }
+    c.a.done.length = 0;
+    c.b.done.length = 0;
+  };
+  const round = () => {
+    one(c.b, c.a, c.send, c.recv, s1, r1);
+    one(c.a, c.b, hs.send, hs.recv, s2, r2);
+  };
+  for (let i = 0; i < 3000; i++) round(); // compiled
+  const rounds = 10_000;
+  const a = await allocatedBy(() => {
+    for (let i = 0; i < rounds; i++) round();
+  });
+  const mine = a.sites.filter(([site]) => site.includes('plugin/')).reduce((t, [, b]) => t + b, 0);
+  console.log(`${env.TSNET_TRANSPORT ?? 'tcp'}: ${(mine / (2 * rounds)).toFixed(0)} bytes per message\n  ${pluginSites(a, 2 * rounds).slice(0, 6).join('\n  ')}`);
+  return mine / (2 * rounds);
+}
+
+describe.skipIf(!!missing)('garbage on the data path', () => {
+  it('tcp: an 8-byte ping-pong allocates under 200 bytes per message in the plugin\'s code (about 550 before item 18, about 80 after)', async () => {
+    expect(await pingPongGarbage()).toBeLessThan(200);
+  }, 120_000);
+
+  it.skipIf(!HAVE_LIBFABRIC)('libfabric shm: the same under 300 bytes (about 900 before item 18, about 160 after)', async () => {
+    const before = process.env.FI_PROVIDER;
+    process.env.FI_PROVIDER = 'shm'; // libfabric reads the process's environment
+    try {
+      expect(await pingPongGarbage({ TSNET_TRANSPORT: 'ofi' })).toBeLessThan(300);
+    } finally {
+      if (before === undefined) delete process.env.FI_PROVIDER;
+      else process.env.FI_PROVIDER = before;
+    }
   }, 120_000);
 });

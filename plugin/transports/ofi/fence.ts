@@ -73,6 +73,7 @@ export class Fences {
 
   /** End of a completion batch: every GPU with receives waiting and no round in flight posts one. */
   start(): void {
+    if (this.devices.size === 0) return; // no GPU buffers: iterating the empty map allocated, once per batch
     for (const [device, d] of this.devices) if (d.reads === 0 && d.next.length) this.post(device, d);
   }
 

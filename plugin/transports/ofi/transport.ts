@@ -3,6 +3,7 @@
 // protocol thread one OfiEndpoint per device over NativeRails, made at first use. Comms of the
 // RDMA protocol (send-comm.ts, recv-comm.ts) are wrapped into the plugin's comm interface.
 import { PtrKind, ResultCode } from '../../abi';
+import { objectArray } from '../../arrays';
 import type { Config } from '../../config';
 import type { Port } from '../../engine/port';
 import { type NetError, invalidArgument, invalidUsage, systemError } from '../../errors';
@@ -13,6 +14,7 @@ import type { RecvArgs } from '../../protocol/receiver';
 import { groupGuid } from '../guid';
 import type { CommHooks, Connector, Device, Listener, RecvComm, SendComm, Traits, Transport } from '../transport';
 import { MAX_RAILS, type OfiConfig } from './config';
+import { MAX_RECVS } from './wire';
 import { OfiEndpoint } from './endpoint';
 import type { Complete, OnCompletions, RecvComm as OfiRecv, Registration, ReqBuf, SendComm as OfiSend } from './fabric';
 import { NativeRail, type OfiBinding, type OfiNicInfo } from './native-rail';
@@ -21,10 +23,17 @@ import { deviceRails, nicOf } from './policy/rails';
 /** The engine's answer to ofiOpen, read once per process (thread 0 logs it). */
 export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
 
-// Requests are tracked per slot (NCCL's pool) to tell which use a region.
+// Requests are tracked per slot (NCCL's pool) to tell which use a region. The buffers a request
+// is described by are reused per slot and buffer count: the RDMA comms copy what they need
+// before isend/irecv/iflush returns, and NCCL reuses a slot only after its request ended. A new
+// object and array per request, and a Map of them, made about 300 bytes of garbage per message
+// (performance.md, item 18).
 class Wrapped {
   readonly stats: CommStats = { messages: 0, bytes: 0 };
-  protected readonly inflight = new Map<number, ReqBuf[]>();
+  /** Per slot: the buffers of its request in flight, or undefined. */
+  protected readonly inflight: (ReqBuf[] | undefined)[] = [];
+  /** Per slot and buffer count (slot * (MAX_RECVS + 1) + n): the arrays handed to the comm. */
+  private readonly arrays: (ReqBuf[] | undefined)[] = [];
   protected failedWith: NetError | undefined;
 
   constructor(
@@ -35,7 +44,8 @@ class Wrapped {
   /** The completion callback the RDMA comm reports to: forgets the slot, then tells the plugin. */
   static complete(w: () => Wrapped | undefined, hooks: CommHooks): Complete {
     return (slot, code, sizes) => {
-      w()?.inflight.delete(slot);
+      const me = w();
+      if (me && slot < me.inflight.length) me.inflight[slot] = undefined;
       hooks.complete(slot, code, sizes, sizes.length);
     };
   }
@@ -59,7 +69,7 @@ class Wrapped {
 
   close(): void {
     this.comm.close();
-    this.inflight.clear();
+    this.inflight.fill(undefined);
   }
 
   fail(err: NetError): void {
@@ -72,7 +82,7 @@ class Wrapped {
    */
   cancelRegion(region: Region): number {
     let n = 0;
-    for (const bufs of this.inflight.values()) if (bufs.some((b) => b.region === region)) n++;
+    for (const bufs of this.inflight) if (bufs?.some((b) => b.region === region)) n++;
     if (!n) return 0;
     const all = this.comm.pending;
     log.info(`${this.name}: memory of ${n} request(s) in flight was deregistered; the comm ends (${all} request(s) fail)`);
@@ -80,15 +90,36 @@ class Wrapped {
     return all;
   }
 
+  /** The reusable array of n buffers of a slot. */
+  protected bufsOf(slot: number, n: number): ReqBuf[] {
+    // Out of range (the comm refuses it with a WARN): an array of its own.
+    if (n < 0 || n > MAX_RECVS) return Array.from({ length: n }, () => ({ region: null as never, offset: 0, size: 0, tag: 0 }));
+    const k = slot * (MAX_RECVS + 1) + n;
+    while (this.arrays.length <= k) this.arrays.push(undefined);
+    let a = this.arrays[k];
+    if (!a) {
+      a = objectArray<ReqBuf>();
+      for (let i = 0; i < n; i++) a.push({ region: null as never, offset: 0, size: 0, tag: 0 });
+      this.arrays[k] = a;
+    }
+    return a;
+  }
+
   protected track(slot: number, bufs: ReqBuf[]): void {
-    this.inflight.set(slot, bufs);
+    while (this.inflight.length <= slot) this.inflight.push(undefined);
+    this.inflight[slot] = bufs;
   }
 }
 
 class WrappedSend extends Wrapped implements SendComm {
   isend(slot: number, region: Region | null, offset: number, size: number, tag: number): void {
-    const buf: ReqBuf = { region: region as never, offset, size, tag };
-    this.track(slot, [buf]);
+    const bufs = this.bufsOf(slot, 1);
+    const buf = bufs[0];
+    buf.region = region as never;
+    buf.offset = offset;
+    buf.size = size;
+    buf.tag = tag;
+    this.track(slot, bufs);
     this.stats.messages++;
     this.stats.bytes += size;
     (this.comm as OfiSend).isend(slot, buf);
@@ -97,19 +128,25 @@ class WrappedSend extends Wrapped implements SendComm {
 
 class WrappedRecv extends Wrapped implements RecvComm {
   irecv(slot: number, a: RecvArgs): void {
-    const bufs = this.bufs(a);
+    const bufs = this.bufs(slot, a);
     this.track(slot, bufs);
     this.stats.messages += a.n;
     (this.comm as OfiRecv).irecv(slot, bufs);
   }
 
   iflush(slot: number, a: RecvArgs): void {
-    (this.comm as OfiRecv).iflush(slot, this.bufs(a));
+    (this.comm as OfiRecv).iflush(slot, this.bufs(slot, a));
   }
 
-  private bufs(a: RecvArgs): ReqBuf[] {
-    const out: ReqBuf[] = [];
-    for (let i = 0; i < a.n; i++) out.push({ region: a.regions[i] as never, offset: a.offsets[i], size: a.sizes[i], tag: a.tags[i] });
+  private bufs(slot: number, a: RecvArgs): ReqBuf[] {
+    const out = this.bufsOf(slot, a.n);
+    for (let i = 0; i < a.n; i++) {
+      const b = out[i];
+      b.region = a.regions[i] as never;
+      b.offset = a.offsets[i];
+      b.size = a.sizes[i];
+      b.tag = a.tags[i];
+    }
     return out;
   }
 }
@@ -208,9 +245,6 @@ export class OfiTransport implements Transport {
         name: `ofi ${d.name}`,
         timeoutMs: this.config.timeoutSec * 1000,
         gpuEager: d.nics.every((i) => this.opened.nics[i].mixedIov),
-        // Completions come from the port's poll, which has just read the time: a Date.now()
-        // per batch would allocate its number again.
-        clock: () => port.now,
       });
     } catch (e) {
       rails.forEach((r) => r.close());
