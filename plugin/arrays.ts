@@ -18,8 +18,9 @@ export const COPY_LOOP_BELOW = 256;
 /**
  * Copies len bytes from src at srcOffset to dst at dstOffset. `dst.set(src.subarray(...))`
  * allocates a view per call, about 100 bytes of garbage per small message on the data path
- * (and young-generation collections of 0.3-0.6 ms every 60 ms or so under NCCL); below
- * COPY_LOOP_BELOW bytes a loop is as fast and allocates nothing.
+ * (garbage makes young-generation collections, which stop the protocol thread for 0.2-1.2 ms
+ * under NCCL: performance.md, item 18); below COPY_LOOP_BELOW bytes a loop is as fast and
+ * allocates nothing.
  */
 export function copyBytes(dst: Uint8Array, dstOffset: number, src: Uint8Array, srcOffset: number, len: number): void {
   if (len < COPY_LOOP_BELOW) {

@@ -70,5 +70,5 @@ export const enum SlotState {
   FAILED = 3,
 }
 
-/** Posted-request mailbox records, in doubles: op, comm, slot, n, posted-at, taken-at, then 4 per buffer. */
+/** Posted-request mailbox records, in doubles: op, comm, slot, n, posted-at, taken-at, warm-up mark, then 4 per buffer. */
 export const POST = { head: 7, buf: 4 } as const;

@@ -1214,8 +1214,9 @@ describe.skipIf(!!missing)('tcp: nothing leaks', () => {
   });
 });
 
-// Garbage makes young-generation collections, which stop a protocol thread for 0.3-0.6 ms
-// each: under NCCL one came every 60 ms or so (docs/performance.md, item 18).
+// Garbage makes young-generation collections, which stop a protocol thread for 0.2-1.2 ms
+// each: under NCCL 9 came during an 8-byte AllReduce run of about 70 ms (docs/performance.md,
+// item 18).
 async function pingPongGarbage(env: Env = {}): Promise<number> {
   const c = await connected(env);
   const back = listen(c.b);

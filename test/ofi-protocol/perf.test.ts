@@ -229,7 +229,7 @@ describe('protocol CPU per message (lean loopback fabric)', () => {
   });
 });
 
-// Garbage makes young-generation collections, which stop a protocol thread for 0.3-0.6 ms each
+// Garbage makes young-generation collections, which stop a protocol thread for 0.2-1.2 ms each
 // (docs/performance.md, item 18). Before item 18 an eager 64-byte message allocated about 108
 // bytes here (a view per copy into its receive buffer), about 16 after.
 describe('protocol garbage per message (lean loopback fabric)', () => {

@@ -1,6 +1,6 @@
 // What the data path allocates: V8's sampling heap profiler (through node:inspector), counting
 // objects the collector has already freed too, so that short-lived garbage shows. Each
-// young-generation collection stops a protocol thread for 0.3-0.6 ms (docs/performance.md).
+// young-generation collection stops a protocol thread for 0.2-1.2 ms (docs/performance.md, item 18).
 import { Session } from 'node:inspector';
 
 interface ProfileNode {
