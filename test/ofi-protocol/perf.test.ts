@@ -230,7 +230,7 @@ describe('protocol CPU per message (lean loopback fabric)', () => {
 });
 
 // Garbage makes young-generation collections, which stop a protocol thread for 0.2-1.2 ms each
-// (docs/performance.md, item 18). Before item 18 an eager 64-byte message allocated about 108
+// (docs/performance.md, item 18). Before item 18 an eager 64-byte message allocated about 100
 // bytes here (a view per copy into its receive buffer), about 16 after.
 describe('protocol garbage per message (lean loopback fabric)', () => {
   for (const [label, eagerMax, limit] of [['eager 64 B', 8192, 50], ['written 64 B (eager off)', -1, 40]] as const)

@@ -26,7 +26,7 @@ export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
 // Requests are tracked per slot (NCCL's pool) to tell which use a region. The buffers a request
 // is described by are reused per slot and buffer count: the RDMA comms copy what they need
 // before isend/irecv/iflush returns, and NCCL reuses a slot only after its request ended. A new
-// object and array per request, and a Map of them, made about 300 bytes of garbage per message
+// object and array per request, and a Map of them, made about 750 bytes of garbage per message
 // (performance.md, item 18).
 class Wrapped {
   readonly stats: CommStats = { messages: 0, bytes: 0 };
