@@ -17,7 +17,6 @@ const NCCL_TID = 1;
 const protoTid = (k: number) => 1000 + k;
 const ioTid = (t: number) => 2000 + t;
 
-
 export class Tracer {
   private readonly pid = process.pid;
   private readonly out: string[] = [];

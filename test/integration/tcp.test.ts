@@ -1215,8 +1215,8 @@ describe.skipIf(!!missing)('tcp: nothing leaks', () => {
 });
 
 // Garbage makes young-generation collections, which stop a protocol thread for 0.2-1.2 ms
-// each: under NCCL 9 came during an 8-byte AllReduce run of about 70 ms (docs/performance.md,
-// item 18).
+// each: under NCCL 6 came during the operations of an 8-byte AllReduce run of about 70 ms
+// (docs/performance.md, item 18).
 async function pingPongGarbage(env: Env = {}): Promise<number> {
   const c = await connected(env);
   const back = listen(c.b);
