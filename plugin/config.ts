@@ -54,6 +54,11 @@ export interface Config {
    * in the first ms after activity, when it does not busy-poll (TSNET_OFI_POLL_US).
    */
   pollUs: number;
+  /**
+   * TSNET_DIRECT_SEND_MAX: payload bytes up to which a protocol thread writes a frame to its TCP
+   * control lane itself when nothing of it waits for the lane's I/O thread (-1: never).
+   */
+  directSendMax: number;
   /** Seconds without progress on a link with work pending before it is declared dead. */
   timeoutSec: number;
   /** The libfabric transport's settings (OFI_NCCL_*, TSNET_FLUSH), when it is chosen. */
@@ -254,6 +259,11 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   // 8-byte ping-pong: 50 us 72 us latency, 20 us 48 us and +25% CPU, 10 us 40 us and +44%).
   const pollUs = poSrc ? int(poSrc, 1, 1000) : 50;
   if (transport === 'ofi' || poSrc) note('poll interval us of endpoints without a wait fd', pollUs, poSrc);
+  const dsSrc = pick(env, ['TSNET_DIRECT_SEND_MAX']);
+  // A small frame written on the protocol thread skips a hand-over to the I/O thread per message
+  // (docs/performance.md); larger ones would hold the thread's turn for their copy.
+  const directSendMax = dsSrc ? int(dsSrc, -1, LIMITS.eagerMax) : 8192;
+  if (transport === 'tcp' || dsSrc) note('frames written by the protocol thread up to bytes', directSendMax < 0 ? 'off' : directSendMax, dsSrc);
 
   let ofi: OfiConfig | undefined;
   let latencyUs = 0;
@@ -301,6 +311,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       spinUs,
       spinMaxUs,
       pollUs,
+      directSendMax,
       timeoutSec,
       ofi,
       latencyUs,

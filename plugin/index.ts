@@ -35,7 +35,7 @@ const plugin = new Plugin({
   setSpin: (us) => binding.setSpin(us),
   makeTransport: (config, regions) => {
     const port = () => {
-      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs });
+      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs, writeNowMax: config.directSendMax });
       if (config.traceFile || config.statsSteps) binding.ioTrace(true);
       return p;
     };

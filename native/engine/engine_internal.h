@@ -195,6 +195,10 @@ Lane* laneOf(uint32_t id);
 // newLane since: their memory may be gone, so nothing may read it (ownLane, ownOfiLane).
 std::unordered_set<uint32_t>& closedHere();
 void wakeThread(IoThread* t);
+// A protocol thread writing its own submission s (unpublished, in its ring to t) at once:
+// kNone: nothing written; kPart: part written, s now names the rest; kAll: all written.
+enum class WriteNow { kNone, kPart, kAll };
+WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s);
 void postAdmin(IoThread* t, Admin* a);
 // What a protocol thread waiting on I/O threads checks: whether one of them has been inside one
 // provider call, without finishing a pass, since the wait began and for a stall's time.

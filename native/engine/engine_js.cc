@@ -178,6 +178,32 @@ Napi::Value IoWake(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// ioWriteNow(thread, index) -> -1 | -2 | time: the calling protocol thread writes the
+// submission it put at `index` of its ring to I/O thread `thread`, not yet published, itself
+// (writeNow, engine.cc). The caller has seen that ring empty: the I/O thread took everything
+// published before. -1: nothing written, publish the record as it is; -2: part written, the
+// record now names the rest, publish it (its completion comes from the I/O thread); else all
+// of it went, and this is the completion's time (µs as in the completion ring; 0 without
+// ioTrace). Throws only for arguments that are not a thread and a number.
+Napi::Value IoWriteNow(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double td, idx;
+  if (!E) return fail(env, "ioWriteNow: call ioStart first");
+  if (!number(info, 0, &td) || !number(info, 1, &idx)) return fail(env, "ioWriteNow(thread, index) needs two numbers");
+  if (!(td >= 0 && td < E->threads.size())) return fail(env, "ioWriteNow: no such I/O thread", true);
+  int p = bindingThreadIndex();
+  Port* port = p >= 0 && p < kMaxPorts ? E->ports[p].load(std::memory_order_acquire) : nullptr;
+  if (!port) return fail(env, "ioWriteNow: call ioPort first");
+  int t = static_cast<int>(td);
+  tsn_sub_t* s = port->sub[t].at(static_cast<uint32_t>(idx));
+  switch (writeNow(p, E->threads[t], s)) {
+    case WriteNow::kNone: return Napi::Number::New(env, -1);
+    case WriteNow::kPart: return Napi::Number::New(env, -2);
+    case WriteNow::kAll: break;
+  }
+  return Napi::Number::New(env, E->trace.load(std::memory_order_relaxed) ? static_cast<double>(nowNs()) / 1000.0 : 0);
+}
+
 // ioClose(lane, graceful) -> { partial, hard }. When it returns, no I/O thread touches memory
 // named in the lane's submissions again and no completion of the lane is made (one made just
 // before may still be published after: the caller drops the link's completions). graceful: the
@@ -321,6 +347,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioPort", Napi::Function::New(e, IoPort, "ioPort"));
   o.Set("ioAdopt", Napi::Function::New(e, IoAdopt, "ioAdopt"));
   o.Set("ioWake", Napi::Function::New(e, IoWake, "ioWake"));
+  o.Set("ioWriteNow", Napi::Function::New(e, IoWriteNow, "ioWriteNow"));
   o.Set("ioClose", Napi::Function::New(e, IoClose, "ioClose"));
   o.Set("ioCancel", Napi::Function::New(e, IoCancel, "ioCancel"));
   o.Set("ioTrace", Napi::Function::New(e, IoTrace, "ioTrace"));

@@ -105,7 +105,7 @@ export class NativeLink implements StreamLink, CqeHandler {
 
   frame(type: number, flags: number, tag: number, seq: number, size: number, addr: number, len: number, op: number): void {
     const p = this.port;
-    p.submit(this.ctl.thread, this.ctl.lane, this.id, op < 0 ? 0 : op, SubKind.WRITE, op < 0 ? SUB_F_NOCQE : 0, addr, len, type, flags, tag, seq, size);
+    p.submitFrame(this.ctl.thread, this.ctl.lane, this.id, op < 0 ? 0 : op, op < 0 ? SUB_F_NOCQE : 0, addr, len, type, flags, tag, seq, size);
     this.wrote = p.now;
   }
 

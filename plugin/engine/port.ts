@@ -4,7 +4,7 @@
 // turn and wakes only the I/O threads that sleep. poll() reads every completion that waits and
 // hands it to its link. No call into native code per message, no allocation per message.
 import { log } from '../log';
-import { CQE, CQE_RX, RING, SUB, SUB_F_IMM, type SubKind } from './records';
+import { CQE, CQE_RX, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
 
 /** What a link of this thread is told by the engine. */
 export interface CqeHandler {
@@ -22,6 +22,13 @@ export interface EngineBinding {
   ioStart(threads: number, spinUs: number, lingerMs: number, pollUs: number): number;
   ioPort(): { sub: ArrayBuffer[]; cq: ArrayBuffer[]; sleeping: Int32Array; port: number };
   ioWake(thread: number): void;
+  /**
+   * Writes the unpublished submission at index of this thread's ring to I/O thread `thread` on
+   * this thread, at once (native/engine/engine_js.cc): -1 nothing written, -2 part written and
+   * the record names the rest, else all written and this is the completion's time. Optional:
+   * a binding without it never writes on the protocol thread.
+   */
+  ioWriteNow?(thread: number, index: number): number;
 }
 
 interface Overflow {
@@ -91,12 +98,19 @@ class SubRing {
     return b;
   }
 
-  private advance(): void {
+  advance(): void {
     this.tail = (this.tail + 1) >>> 0;
     this.dirty = true;
   }
 
   put(lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
+    ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
+    this.fill(lane, link, op, kind, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+    this.advance();
+  }
+
+  /** Writes a record at the tail without publishing it (put() = fill() + advance()). */
+  fill(lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
     ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
     const b = this.begin(lane, link, op, kind, ftype ? 24 : 0, addr, len);
     const w = b >> 2;
@@ -109,7 +123,6 @@ class SubRing {
       this.f64[d + 9] = fseq;
       this.f64[d + 10] = fsize;
     }
-    this.advance();
   }
 
   putOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
@@ -155,6 +168,20 @@ export class Port {
   now = Date.now();
   /** Completions handled so far (statistics). */
   completions = 0;
+  /** Frames this thread wrote itself (submitFrame), and of those the ones that went only in part. */
+  writtenHere = 0;
+  writtenPart = 0;
+  /**
+   * Payload bytes up to which submitFrame writes a frame on this thread when its I/O thread has
+   * nothing of this thread's waiting (TSNET_DIRECT_SEND_MAX); -1: never.
+   */
+  writeNowMax = -1;
+  // Completions of frames written here, handed to their links by the next poll() or flush():
+  // link, op, value (bytes) and time per entry, and the I/O thread of the lane.
+  private localU32 = new Uint32Array(2 * 64);
+  private localF64 = new Float64Array(2 * 64);
+  private localIo = new Uint8Array(64);
+  private localCount = 0;
   private readonly subs: SubRing[];
   private readonly cqs: CqRing[];
   private readonly sleeping: Int32Array;
@@ -163,10 +190,11 @@ export class Port {
   private readonly freeLinks: number[] = [];
 
   /** This thread's port; the first call on thread 0 starts the I/O threads. */
-  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number; pollUs: number }): Port {
+  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number; pollUs: number; writeNowMax?: number }): Port {
     if (!Port.shared) {
       binding.ioStart(opts.ioThreads, opts.spinUs, opts.lingerMs, opts.pollUs);
       Port.shared = new Port(binding);
+      if (typeof binding.ioWriteNow === 'function' && opts.writeNowMax !== undefined) Port.shared.writeNowMax = opts.writeNowMax;
     }
     return Port.shared;
   }
@@ -215,6 +243,75 @@ export class Port {
   }
 
   /**
+   * Queues a frame (a write with a frame header inline) for I/O thread t's lane, as submit()
+   * does. One of at most writeNowMax payload bytes this thread writes to the socket itself when
+   * nothing it submitted to that I/O thread waits there (the ring empty): a hand-over less, and
+   * the bytes leave now rather than after the turn. Its completion, when it asked for one,
+   * comes from the next poll() or flush(), like the engine's. Where the lane has queued writes,
+   * is busy or closing, or the socket is full, the record is published as usual (or what is left
+   * of it, when part went).
+   */
+  submitFrame(t: number, lane: number, link: number, op: number, flags: number, addr: number, len: number,
+    ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
+    const r = this.subs[t];
+    if (len > this.writeNowMax || r.dirty || r.overflow.length !== 0 || Atomics.load(r.hdr, RING.head / 4) !== r.tail) {
+      this.submit(t, lane, link, op, SubKind.WRITE, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+      return;
+    }
+    r.fill(lane, link, op, SubKind.WRITE, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+    const res = this.binding.ioWriteNow!(t, r.tail);
+    if (res === -1 || res === -2) {
+      if (res === -2) this.writtenPart++;
+      r.advance();
+      return;
+    }
+    this.writtenHere++;
+    if (flags & SUB_F_NOCQE) return;
+    let k = this.localCount;
+    if (k === this.localIo.length) k = this.growLocal();
+    this.localU32[2 * k] = link;
+    this.localU32[2 * k + 1] = op;
+    this.localF64[2 * k] = (ftype ? 24 : 0) + len;
+    this.localF64[2 * k + 1] = res;
+    this.localIo[k] = t;
+    this.localCount = k + 1;
+  }
+
+  private growLocal(): number {
+    const n = this.localIo.length * 2;
+    const u32 = new Uint32Array(2 * n);
+    const f64 = new Float64Array(2 * n);
+    const io = new Uint8Array(n);
+    u32.set(this.localU32);
+    f64.set(this.localF64);
+    io.set(this.localIo);
+    this.localU32 = u32;
+    this.localF64 = f64;
+    this.localIo = io;
+    return this.localCount;
+  }
+
+  /** Hands the completions of frames written on this thread to their links; how many. */
+  private deliverLocal(): number {
+    let count = 0;
+    // A handler may write another frame here: the loop takes it too.
+    for (let k = 0; k < this.localCount; k++) {
+      const link = this.localU32[2 * k];
+      const h = this.links[link & 0xffff];
+      if (h === undefined || this.gens[link & 0xffff] !== link >>> 16) continue; // a closed link
+      try {
+        h.onOp(this.localU32[2 * k + 1], 0, this.localF64[2 * k], this.localF64[2 * k + 1], this.localIo[k], 0, 0, 0);
+      } catch (e) {
+        log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);
+      }
+      count++;
+    }
+    this.localCount = 0;
+    this.completions += count;
+    return count;
+  }
+
+  /**
    * Queues a libfabric submission for I/O thread t (records.h TSN_SUB_OFI_*): [addr, addr+len)
    * with registration mr, the peer, remote address and key, immediate data (imm >= 0), and for
    * a send a first part [addr0, addr0+len0) with registration mr0.
@@ -231,6 +328,7 @@ export class Port {
 
   /** Publishes every queued submission and wakes the I/O threads that sleep. */
   flush(): void {
+    if (this.localCount) this.deliverLocal();
     for (let t = 0; t < this.subs.length; t++) {
       const r = this.subs[t];
       if (r.overflow.length) {
@@ -275,7 +373,7 @@ export class Port {
 
   /** Hands every waiting completion to its link; returns how many there were. */
   poll(): number {
-    let count = 0;
+    let count = this.localCount ? this.deliverLocal() : 0;
     let stamped = false;
     for (let t = 0; t < this.cqs.length; t++) {
       const r = this.cqs[t];

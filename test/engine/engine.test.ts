@@ -5,7 +5,7 @@
 // asserted.
 import * as fs from 'fs';
 import * as net from 'net';
-import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { NativeLink } from '../../plugin/engine/native-link';
 import { type CqeHandler, Port } from '../../plugin/engine/port';
 import { CQE, RING, RX, STATUS_EOF, SUB, SUB_F_NOCQE, SubKind } from '../../plugin/engine/records';
@@ -331,9 +331,14 @@ describe.skipIf(!!missing)('engine: a control lane\'s receive ring', () => {
   });
 
   for (const kind of ['unix', 'tcp'] as Kind[])
-    it(`${kind}: a long randomized run (frame sizes, a sender far ahead, releases held back at random): no byte lost or duplicated`, async () => {
+    for (const direct of [false, true])
+    it(`${kind}${direct ? ', frames written on the protocol thread where they can be (ioWriteNow)' : ''}: a long randomized run (frame sizes, a sender far ahead, releases held back at random): no byte lost or duplicated`, async () => {
       const cap = 8192;
       const r = await ringPair(kind, cap);
+      const was = port.writeNowMax;
+      const here = port.writtenHere;
+      port.writeNowMax = direct ? 8192 : -1;
+      try {
       const rnd = prng(kind === 'tcp' ? 21 : 22);
       const N = 6000;
       const MAXP = 3000;
@@ -391,7 +396,142 @@ describe.skipIf(!!missing)('engine: a control lane\'s receive ring', () => {
       }, 120_000, `${N} frames`);
       expect(r.rxStatus).toEqual([]);
       expect(r.rxl.rx.written()).toBe(bytes >>> 0);
+      expect(r.sent.length).toBe(N);
+      if (direct) expect(port.writtenHere - here, 'frames written on the protocol thread').toBeGreaterThan(0);
+      else expect(port.writtenHere).toBe(here);
+      } finally {
+        port.writeNowMax = was;
+      }
     });
+});
+
+describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (ioWriteNow)', () => {
+  let was = -1;
+  beforeEach(() => {
+    was = port.writeNowMax;
+    port.writeNowMax = 8192;
+  });
+  afterEach(() => {
+    port.writeNowMax = was;
+  });
+  /** Lets the I/O threads take everything published (the direct path needs the ring to them empty). */
+  const settle = async () => {
+    await flushAll();
+    await sleep(20);
+  };
+
+  it('a frame on an idle lane leaves during the call, its completion comes from the next poll, the peer gets it whole; over the limit, or without a completion asked for, as it should', async () => {
+    const r = await ringPair('tcp', 1 << 15);
+    await settle();
+    const src = new Mem(8193);
+    fill(src.bytes, 9);
+    const here = port.writtenHere;
+    r.tx.frame(FrameType.MSG, 1, 7, 70, 8192, src.addr, 8192, 42);
+    expect(port.writtenHere).toBe(here + 1);
+    expect(r.sent, 'no completion before a poll').toEqual([]);
+    port.poll();
+    expect(r.sent).toEqual([42]);
+    await until(() => r.rxl.rx.written() >= FRAME_BYTES + 8192, 5000, 'the frame at the peer');
+    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
+    expect(readFrame(r.rxl.rx, 0, f)).toBeUndefined();
+    expect(f).toEqual({ type: FrameType.MSG, flags: 1, tag: 7, seq: 70, size: 8192 });
+    const got = new Uint8Array(8192);
+    copyOut(r.rxl.rx, FRAME_BYTES, 8192, got, 0);
+    expect(firstDiff(got, src.bytes.subarray(0, 8192))).toBe(-1);
+    let at = FRAME_BYTES + 8192;
+    // One byte over the limit: through the I/O thread.
+    await settle();
+    r.tx.frame(FrameType.MSG, 1, 8, 71, 8193, src.addr, 8193, 43);
+    expect(port.writtenHere).toBe(here + 1);
+    await until(() => r.sent.length === 2, 5000, 'the long frame written by the I/O thread');
+    at += FRAME_BYTES + 8193;
+    // A frame that asks for no completion (a heartbeat): written here, nothing reported.
+    await settle();
+    r.tx.frame(FrameType.HEARTBEAT, 0, 9, -1, 0, 0, 0, -1);
+    expect(port.writtenHere).toBe(here + 2);
+    at += FRAME_BYTES;
+    await until(() => r.rxl.rx.written() >= at, 5000, 'every byte at the peer');
+    await sleep(20);
+    await until(() => true, 10, 'a poll');
+    expect(r.sent).toEqual([42, 43]);
+    expect(r.rxl.rx.written()).toBe(at);
+    expect(r.rxStatus).toEqual([]);
+  });
+
+  it('frames submitted after one that waits for the I/O thread in the same turn go behind it, through the ring', async () => {
+    const r = await ringPair('unix', 1 << 16);
+    await settle();
+    const src = new Mem(20000);
+    const here = port.writtenHere;
+    r.tx.frame(FrameType.MSG, 1, 0, 0, 20000, src.addr, 20000, 0); // over the limit: the ring
+    for (let i = 1; i <= 10; i++) r.tx.frame(FrameType.MSG, 1, i, i, 8, src.addr, 8, i);
+    expect(port.writtenHere, 'none overtakes the first').toBe(here);
+    await until(() => r.sent.length === 11, 5000, 'the 11 frames');
+    let parsed = 0;
+    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
+    for (let i = 0; i <= 10; i++) {
+      await until(() => ((r.rxl.rx.written() - parsed) >>> 0) >= FRAME_BYTES + (i ? 8 : 20000), 5000, `frame ${i}`);
+      expect(readFrame(r.rxl.rx, parsed, f)).toBeUndefined();
+      expect(f.seq).toBe(i);
+      parsed += FRAME_BYTES + f.size;
+    }
+  });
+
+  it('tcp: a socket that fills in the middle of a frame: the rest goes through the I/O thread ahead of everything after it; every frame whole, in order, one completion each', async () => {
+    // Frames of 200 KB take several socket buffers' worth of kernel memory each: the one that
+    // finds the socket almost full goes in part. A frame that finds it full to the byte goes
+    // whole through the I/O thread instead; a fresh connection then tries again.
+    port.writeNowMax = 256 * KiB;
+    const P = 200_000;
+    const src = new Mem(4 * P);
+    for (let k = 0; k < 4; k++) fill(src.bytes.subarray(k * P, (k + 1) * P), 30 + k);
+    let parts = 0;
+    for (let attempt = 0; attempt < 5 && parts === 0; attempt++) {
+      const [a, b] = await pair('tcp', { threads: [0, 1] });
+      await settle();
+      const part0 = port.writtenPart;
+      const sizes: number[] = [];
+      const send = (n: number, i: number) => {
+        sizes.push(n);
+        port.submitFrame(a.thread, a.lane, a.link, i, 0, n ? src.addr + (i % 4) * P : 0, n, FrameType.MSG, 1, i, i, n);
+      };
+      // b reads nothing yet: frames go here one per turn until one cannot.
+      let i = 0;
+      for (; i < 400; i++) {
+        const here = port.writtenHere;
+        send(P, i);
+        if (port.writtenHere === here) break;
+        port.poll();
+      }
+      parts += port.writtenPart - part0;
+      i++;
+      // Behind it, through the ring: small ones, a heartbeat without completion, long ones.
+      for (let k = 0; k < 20; k++, i++) send(k % 5 === 4 ? P : 8, i);
+      port.submitFrame(a.thread, a.lane, a.link, 0, SUB_F_NOCQE, 0, 0, FrameType.HEARTBEAT, 0, 99, -1, 0);
+      const hb = i;
+      sizes.push(0);
+      await flushAll();
+      const total = sizes.reduce((x, n) => x + FRAME_BYTES + n, 0);
+      const got = new Mem(total);
+      read(b, 1, got.addr, total);
+      await until(() => !!b.sink.of(1) && a.sink.ops.length === i, 30_000, `${total} bytes at the peer, ${i} completions`);
+      expect(b.sink.of(1)).toMatchObject({ status: 0, value: total });
+      expect(a.sink.ops.every((o) => o.status === 0) && new Set(a.sink.ops.map((o) => o.op)).size === i).toBe(true);
+      let at = 0;
+      for (let k = 0; k < sizes.length; k++) {
+        const fr = decodeFrame(got.bytes.subarray(at, at + FRAME_BYTES)) as Frame;
+        expect(typeof fr, `frame ${k}`).toBe('object');
+        if (k === hb) expect(fr).toMatchObject({ type: FrameType.HEARTBEAT, tag: 99 });
+        else {
+          expect(fr, `frame ${k}`).toMatchObject({ type: FrameType.MSG, tag: k, seq: k, size: sizes[k] });
+          const want = src.bytes.subarray((k % 4) * P, (k % 4) * P + sizes[k]);
+          expect(firstDiff(got.bytes.subarray(at + FRAME_BYTES, at + FRAME_BYTES + sizes[k]), want), `frame ${k}`).toBe(-1);
+        }
+        at += FRAME_BYTES + sizes[k];
+      }
+    }
+    expect(parts, 'a frame went in part (5 connections tried)').toBeGreaterThan(0);
+  });
 });
 
 describe.skipIf(!!missing)('engine: many ops in flight', () => {

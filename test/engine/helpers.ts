@@ -60,7 +60,7 @@ export function bindingFor(index: number): EngineAddon {
         a.setThread(0);
       }
     }) as F;
-  return { ...a, ioPort: wrap(a.ioPort), ioAdopt: wrap(a.ioAdopt), ioClose: wrap(a.ioClose), ioCancel: wrap(a.ioCancel), ioWake: wrap(a.ioWake) };
+  return { ...a, ioPort: wrap(a.ioPort), ioAdopt: wrap(a.ioAdopt), ioClose: wrap(a.ioClose), ioCancel: wrap(a.ioCancel), ioWake: wrap(a.ioWake), ioWriteNow: wrap(a.ioWriteNow!) };
 }
 
 const ports = new Map<number, Port>();

@@ -19,6 +19,7 @@ import type { Port } from '../../plugin/engine/port';
 import { POST, SLOT, SlotState } from '../../plugin/engine/records';
 import { Op } from '../../plugin/native';
 import { Plugin, type PluginHost } from '../../plugin/plugin';
+import { readConfig } from '../../plugin/config';
 import { makeTransport } from '../../plugin/transports';
 import { HELLO_BYTES, Role, decodeHandle, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
 import { type EngineAddon, KiB, MiB, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
@@ -40,6 +41,9 @@ beforeAll(() => {
   if (missing) return;
   A = engine(2, 2000);
   port = portOf(0);
+  // As plugin/index.ts sets it from TSNET_DIRECT_SEND_MAX's default: small frames go out on the
+  // protocol thread where they can.
+  port.writeNowMax = readConfig({}).config.directSendMax;
 });
 
 type Env = Record<string, string>;
@@ -392,7 +396,10 @@ describe.skipIf(!!missing)('tcp: data', () => {
   it('sizes from 0 B to 64 MiB arrive intact, one at a time', async () => {
     const c = await connected();
     const sizes = [0, 1, 7, 4095, 4096, 16 * KiB - 1, 16 * KiB, 16 * KiB + 1, 64 * KiB, 64 * KiB + 1, 128 * KiB + 5, 1 * MiB + 3, 8 * MiB, 64 * MiB];
+    const here = port.writtenHere;
     for (const [i, size] of sizes.entries()) await transfer(c, [size], { seed: i + 1 });
+    // One at a time, the small ones find their lane idle: written on the protocol thread.
+    expect(port.writtenHere - here).toBeGreaterThanOrEqual(5);
   });
 
   it('32 requests in flight, receives posted first', async () => {

@@ -45,6 +45,7 @@ describe('readConfig defaults', () => {
       spinUs: 0,
       spinMaxUs: 0,
       pollUs: 50,
+      directSendMax: 8192,
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
@@ -61,6 +62,7 @@ describe('readConfig defaults', () => {
       'I/O threads = 8 (default)',
       'protocol threads = 1 (default)',
       'busy-poll window us = 0 (default)',
+      'frames written by the protocol thread up to bytes = 8192 (default)',
       'link timeout seconds = 10 (default)',
       'warm-up messages at init = 10000 (default)',
     ]);
@@ -90,6 +92,17 @@ describe('readConfig defaults', () => {
     expect(() => readConfig({ TSNET_SPIN_MAX_US: '200' }, 8)).toThrow(/TSNET_SPIN_MAX_US=200: expected 0, or more than the busy-poll window \(200 us/);
     expect(() => readConfig({ TSNET_SPIN_MAX_US: '5000' }, 2)).toThrow(/a window of 0 never spins, so it cannot grow/);
     expect(() => readConfig({ TSNET_SPIN_MAX_US: 'lots' }, 8)).toThrow(/TSNET_SPIN_MAX_US=lots: expected an integer/);
+  });
+
+  it('lets the protocol thread write frames up to TSNET_DIRECT_SEND_MAX payload bytes itself (-1: never)', () => {
+    expect(readConfig({ TSNET_DIRECT_SEND_MAX: '-1' }, 2).config.directSendMax).toBe(-1);
+    expect(readConfig({ TSNET_DIRECT_SEND_MAX: '-1' }, 2).lines).toContain('frames written by the protocol thread up to bytes = off (TSNET_DIRECT_SEND_MAX)');
+    expect(readConfig({ TSNET_DIRECT_SEND_MAX: '0' }, 2).config.directSendMax).toBe(0);
+    expect(readConfig({ TSNET_DIRECT_SEND_MAX: '65536' }, 2).lines).toContain('frames written by the protocol thread up to bytes = 65536 (TSNET_DIRECT_SEND_MAX)');
+    // libfabric writes no frames to a socket: the line only when set
+    expect(readConfig({ TSNET_TRANSPORT: 'ofi' }, 2).lines.some((l) => l.startsWith('frames written'))).toBe(false);
+    expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: '-2' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=-2: expected -1 to 1048576/);
+    expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: 'small' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=small: expected an integer/);
   });
 
   it('polls endpoints without a wait fd every 50 us after activity unless TSNET_OFI_POLL_US says otherwise', () => {
