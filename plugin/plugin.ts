@@ -129,6 +129,7 @@ export class Plugin {
     const t = this.transport;
     if (!t) return;
     const handled = st ? this.host.now() : 0;
+    st?.started(entered, handled);
     t.poll();
     const polled = st ? this.host.now() : 0;
     // A full submission ring: turn again as soon as the loop comes round, not when a

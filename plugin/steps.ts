@@ -64,6 +64,7 @@ const WARMUP_KIND = 1000;
 function rank(label: string): number {
   const turn = ['posted→picked up', 'picked up→in JS', 'in JS→handled', 'handled→polled', 'polled→submitted'].indexOf(label);
   if (turn >= 0) return turn / 10;
+  if (label.startsWith('in JS→')) return 0.15; // a step made during the turn (a frame written here)
   if (label === 'posted→done') return 6;
   if (label === 'submitted→done') return 5;
   if (label.startsWith('submitted→')) return 2;
@@ -107,6 +108,22 @@ export class StepStats {
     s[b + F_TAKEN] = takenUs;
     s[b + F_WARMUP] = warmup ? 1 : 0;
     this.turn.push(comm, slot);
+  }
+
+  /**
+   * The turn that picked the requests up ran JavaScript from `entered` and had handled them at
+   * `handled`; called before it polls, where a request may end already (a frame the protocol
+   * thread wrote itself completes in that poll).
+   */
+  started(entered: number, handled: number): void {
+    const t = this.turn;
+    for (let k = 0; k < t.length; k += 2) {
+      const s = this.slots.get(t[k]);
+      const b = t[k + 1] * FIELDS;
+      if (!s || !s[b + F_OP]) continue;
+      s[b + F_ENTERED] = entered;
+      s[b + F_HANDLED] = handled;
+    }
   }
 
   /**
@@ -182,7 +199,9 @@ export class StepStats {
     if (s[b + F_FIRST]) {
       const first = this.names[s[b + F_FIRST_NAME]];
       const last = this.names[s[b + F_LAST_NAME]];
-      add(`submitted→${first}`, submitted, s[b + F_FIRST]);
+      // A step before the turn handed anything on (a frame written on this thread): from the turn's start.
+      if (submitted) add(`submitted→${first}`, submitted, s[b + F_FIRST]);
+      else add(`in JS→${first}`, s[b + F_ENTERED], s[b + F_FIRST]);
       if (s[b + F_LAST] !== s[b + F_FIRST] || last !== first) add(`${first}→${last}`, s[b + F_FIRST], s[b + F_LAST]);
       add(`${last}→done`, s[b + F_LAST], us);
     } else add('submitted→done', submitted, us);

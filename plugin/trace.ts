@@ -42,14 +42,16 @@ export class Tracer {
     this.event(`{"ph":"n","cat":"comm ${comm}","name":"picked up","id":${id},"pid":${this.pid},"tid":${protoTid(this.thread)},"ts":${takenUs.toFixed(3)}}`);
   }
 
+  /** A step of a request on I/O thread io, or (io -1) on this protocol thread. */
   step(comm: number, slot: number, what: string, us: number, io: number): void {
     const id = this.ids.get(comm)?.[slot];
     if (!id || !us) return;
-    if (!this.ioNamed.has(io)) {
+    if (io >= 0 && !this.ioNamed.has(io)) {
       this.ioNamed.add(io);
       this.meta(ioTid(io), `tsnet-io${io}`);
     }
-    this.event(`{"ph":"n","cat":"comm ${comm}","name":"${what}","id":${id},"pid":${this.pid},"tid":${ioTid(io)},"ts":${us.toFixed(3)}}`);
+    const tid = io < 0 ? protoTid(this.thread) : ioTid(io);
+    this.event(`{"ph":"n","cat":"comm ${comm}","name":"${what}","id":${id},"pid":${this.pid},"tid":${tid},"ts":${us.toFixed(3)}}`);
   }
 
   end(comm: number, slot: number, code: number): void {

@@ -11,6 +11,7 @@ export interface CqeHandler {
   /**
    * An operation submitted with this link finished: status 0, EOF (-1000) or -errno; value: bytes.
    * libfabric lanes: imm and flags (records.ts CqeFlag); op CQE_REMOTE for a peer's write.
+   * io: the I/O thread, or -1 for a frame this protocol thread wrote itself (submitFrame).
    */
   onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number): void;
   /** A control lane received bytes (status 0; value: its receive counter) or ended (status < 0). */
@@ -177,10 +178,9 @@ export class Port {
    */
   writeNowMax = -1;
   // Completions of frames written here, handed to their links by the next poll() or flush():
-  // link, op, value (bytes) and time per entry, and the I/O thread of the lane.
+  // link, op, value (bytes) and time per entry. Their `io` is -1: no I/O thread moved them.
   private localU32 = new Uint32Array(2 * 64);
   private localF64 = new Float64Array(2 * 64);
-  private localIo = new Uint8Array(64);
   private localCount = 0;
   private readonly subs: SubRing[];
   private readonly cqs: CqRing[];
@@ -268,26 +268,21 @@ export class Port {
     this.writtenHere++;
     if (flags & SUB_F_NOCQE) return;
     let k = this.localCount;
-    if (k === this.localIo.length) k = this.growLocal();
+    if (2 * k === this.localU32.length) k = this.growLocal();
     this.localU32[2 * k] = link;
     this.localU32[2 * k + 1] = op;
     this.localF64[2 * k] = (ftype ? 24 : 0) + len;
     this.localF64[2 * k + 1] = res;
-    this.localIo[k] = t;
     this.localCount = k + 1;
   }
 
   private growLocal(): number {
-    const n = this.localIo.length * 2;
-    const u32 = new Uint32Array(2 * n);
-    const f64 = new Float64Array(2 * n);
-    const io = new Uint8Array(n);
+    const u32 = new Uint32Array(2 * this.localU32.length);
+    const f64 = new Float64Array(2 * this.localF64.length);
     u32.set(this.localU32);
     f64.set(this.localF64);
-    io.set(this.localIo);
     this.localU32 = u32;
     this.localF64 = f64;
-    this.localIo = io;
     return this.localCount;
   }
 
@@ -300,7 +295,7 @@ export class Port {
       const h = this.links[link & 0xffff];
       if (h === undefined || this.gens[link & 0xffff] !== link >>> 16) continue; // a closed link
       try {
-        h.onOp(this.localU32[2 * k + 1], 0, this.localF64[2 * k], this.localF64[2 * k + 1], this.localIo[k], 0, 0, 0);
+        h.onOp(this.localU32[2 * k + 1], 0, this.localF64[2 * k], this.localF64[2 * k + 1], -1, 0, 0, 0);
       } catch (e) {
         log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);
       }

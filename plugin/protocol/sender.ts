@@ -94,7 +94,8 @@ export class Sender extends Endpoint {
     const op = this.ops[slot];
     if (!op || !op.active || op.gen !== token >>> 8 || this.failed) return;
     if (status !== 0) return this.fail(laneError(this.name, status));
-    if (this.trace) this.trace.step(slot, 'written', time, io);
+    // io -1: the protocol thread wrote the frame itself (Port.submitFrame), during its turn.
+    if (this.trace) this.trace.step(slot, io < 0 ? 'written here' : 'written', time, io);
     if (--op.writes === 0) this.done(slot, op);
   }
 

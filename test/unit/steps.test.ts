@@ -36,6 +36,19 @@ describe('StepStats', () => {
     ]);
   });
 
+  it('a send whose frame the protocol thread wrote itself: it ends in the turn\'s poll, timed from the turn\'s start (started), no submission', () => {
+    const st = new StepStats(256);
+    st.begin(7, 3, Op.SEND, 100, 101.5);
+    st.started(101.7, 102);
+    st.forComm(7).step(3, 'written here', 101.9, -1);
+    st.end(7, 3, 102.6);
+    st.flushed(102.7, 102.8, 102.9, 103); // the turn's end: the ended request is left as it was
+    expect(st.lines(0)).toEqual([
+      'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.50 / 1.50; ' +
+        'picked up→in JS 0.20 / 0.20; in JS→written here 0.20 / 0.20; in JS→handled 0.30 / 0.30; written here→done 0.70 / 0.70; posted→done 2.60 / 2.60',
+    ]);
+  });
+
   it('one line per kind, counts of intervals some requests lack, no step: submitted→done', () => {
     const st = new StepStats(256);
     // a receive whose data had landed: it ends inside the turn that picked it up, before the flush
