@@ -196,6 +196,9 @@ Napi::Value IoWriteNow(const Napi::CallbackInfo& info) {
   if (!port) return fail(env, "ioWriteNow: call ioPort first");
   int t = static_cast<int>(td);
   tsn_sub_t* s = port->sub[t].at(static_cast<uint32_t>(idx));
+  // A lane this thread closed may be freed by now: never looked up here (the ring's path
+  // refuses it as before).
+  if (closedHere().count(s->lane)) return Napi::Number::New(env, -1);
   switch (writeNow(p, E->threads[t], s)) {
     case WriteNow::kNone: return Napi::Number::New(env, -1);
     case WriteNow::kPart: return Napi::Number::New(env, -2);

@@ -2,7 +2,8 @@
 // every I/O thread and a completion ring back from each, in shared memory. The protocol writes
 // submissions straight into a ring during a turn; flush() publishes them at the end of the
 // turn and wakes only the I/O threads that sleep. poll() reads every completion that waits and
-// hands it to its link. No call into native code per message, no allocation per message.
+// hands it to its link. No allocation per message, and no call into native code per message
+// but one: a small frame to an idle lane, which this thread writes itself (submitFrame).
 import { log } from '../log';
 import { CQE, CQE_RX, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
 
