@@ -50,6 +50,9 @@ interface Overflow {
   immHi?: number;
 }
 
+/** Lanes a ring remembers as written by the protocol thread in one turn (SubRing.directLanes). */
+const DIRECT_LANES = 8;
+
 class SubRing {
   readonly hdr: Uint32Array;
   readonly u32: Uint32Array;
@@ -61,6 +64,13 @@ class SubRing {
   head = 0; // last head seen
   dirty = false;
   readonly overflow: Overflow[] = [];
+  /**
+   * Lanes of this ring whose frame this thread wrote itself in this turn (submitFrame), up to
+   * DIRECT_LANES; flush() forgets them. A second frame of one of them in the same turn goes
+   * through the ring, where the I/O thread gathers the turn's frames into one sendmsg.
+   */
+  readonly directLanes = new Int32Array(DIRECT_LANES);
+  directCount = 0;
 
   constructor(buf: ArrayBuffer) {
     this.hdr = new Uint32Array(buf, 0, RING.bytes / 4);
@@ -255,7 +265,7 @@ export class Port {
   submitFrame(t: number, lane: number, link: number, op: number, flags: number, addr: number, len: number,
     ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
     const r = this.subs[t];
-    if (len > this.writeNowMax || r.dirty || r.overflow.length !== 0 || Atomics.load(r.hdr, RING.head / 4) !== r.tail) {
+    if (len > this.writeNowMax || r.dirty || r.overflow.length !== 0 || !this.firstOfTurn(r, lane) || Atomics.load(r.hdr, RING.head / 4) !== r.tail) {
       this.submit(t, lane, link, op, SubKind.WRITE, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
       return;
     }
@@ -267,6 +277,7 @@ export class Port {
       return;
     }
     this.writtenHere++;
+    r.directLanes[r.directCount++] = lane;
     if (flags & SUB_F_NOCQE) return;
     let k = this.localCount;
     if (2 * k === this.localU32.length) k = this.growLocal();
@@ -275,6 +286,13 @@ export class Port {
     this.localF64[2 * k] = (ftype ? 24 : 0) + len;
     this.localF64[2 * k + 1] = res;
     this.localCount = k + 1;
+  }
+
+  /** Whether no frame of this lane was written here in this turn, and the ring has room to remember one. */
+  private firstOfTurn(r: SubRing, lane: number): boolean {
+    if (r.directCount === DIRECT_LANES) return false;
+    for (let i = 0; i < r.directCount; i++) if (r.directLanes[i] === lane) return false;
+    return true;
   }
 
   private growLocal(): number {
@@ -327,6 +345,7 @@ export class Port {
     if (this.localCount) this.deliverLocal();
     for (let t = 0; t < this.subs.length; t++) {
       const r = this.subs[t];
+      r.directCount = 0; // the turn ends: its lanes may be written here again
       if (r.overflow.length) {
         let k = 0;
         while (k < r.overflow.length && r.room() > 0) {

@@ -458,6 +458,33 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     expect(r.rxStatus).toEqual([]);
   });
 
+  it('in one turn a lane\'s first frame is written here and the next ones go through the ring (gathered by the I/O thread); another lane\'s first too; after the turn, here again', async () => {
+    const r = await ringPair('unix', 1 << 16);
+    const r2 = await ringPair('unix', 1 << 16);
+    await settle();
+    const src = new Mem(64);
+    const here = port.writtenHere;
+    for (let i = 0; i < 5; i++) r.tx.frame(FrameType.MSG, 1, i, i, 8, src.addr, 8, i);
+    expect(port.writtenHere - here, 'the first of the turn').toBe(1);
+    await settle(); // the turn's end (flush), and the I/O thread took the other four
+    r.tx.frame(FrameType.MSG, 1, 5, 5, 8, src.addr, 8, 5);
+    expect(port.writtenHere - here, 'a new turn').toBe(2);
+    // r2's lane may share r's I/O thread; its first frame of a turn still goes here, unless the
+    // ring to that thread holds a record of this turn already (none: r's frame went here).
+    r2.tx.frame(FrameType.MSG, 1, 0, 0, 8, src.addr, 8, 0);
+    expect(port.writtenHere - here, 'another lane\'s first').toBe(3);
+    await until(() => r.sent.length === 6 && r2.sent.length === 1, 5000, 'every completion');
+    let parsed = 0;
+    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
+    for (let i = 0; i < 6; i++) {
+      await until(() => ((r.rxl.rx.written() - parsed) >>> 0) >= FRAME_BYTES + 8, 5000, `frame ${i}`);
+      expect(readFrame(r.rxl.rx, parsed, f)).toBeUndefined();
+      expect(f.seq, 'in order').toBe(i);
+      parsed += FRAME_BYTES + 8;
+    }
+    expect(r.sent.slice().sort()).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
   it('frames submitted after one that waits for the I/O thread in the same turn go behind it, through the ring', async () => {
     const r = await ringPair('unix', 1 << 16);
     await settle();
@@ -501,6 +528,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
         const here = port.writtenHere;
         send(P, i);
         if (port.writtenHere === here) break;
+        port.flush(); // a turn's end: the lane may be written here again
         port.poll();
       }
       parts += port.writtenPart - part0;
