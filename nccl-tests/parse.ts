@@ -30,7 +30,7 @@ export interface Parsed {
   ranks: number;
   /** run.sh's `# ranks: N` header (the ranks it asked for); null in older logs. */
   declaredRanks: number | null;
-  /** run.sh's `# mode: ...` header (g2, mpi, mpi1); null in older logs. */
+  /** run.sh's `# mode: ...` header (g2 .. g8, mpi, mpi1); null in older logs. */
   declaredMode: string | null;
   /** Transports tsnet said it runs (`NET/tsnet config: transport = X`), distinct. */
   transports: string[];

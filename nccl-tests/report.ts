@@ -75,7 +75,8 @@ export function ratioColumns(variants: string[]): [string, string][] {
 /** The table's heading for a mode, with the ranks the logs listed. */
 export function modeHeading(mode: string, ranks: number): string {
   const n = ranks || '?';
-  if (mode === 'g2') return '2 GPUs in one process (-g 2)';
+  const g = /^g([2-8])$/.exec(mode);
+  if (g) return `${g[1]} GPUs in one process (-g ${g[1]})`;
   if (mode === 'mpi') return `${n} processes under mpirun (one GPU each)`;
   if (mode === 'mpi1') return `${n} processes on one GPU (each its own NCCL host, MPS)`;
   return mode;

@@ -7,7 +7,7 @@
 #
 # Environment (all optional):
 #   TESTS     which binaries            (default: all_reduce_perf alltoall_perf)
-#   MODES     g2   = 2 GPUs in one process (-g 2)
+#   MODES     g2   = 2 GPUs in one process (-g 2); g3 .. g8 likewise
 #             mpi  = NP processes under mpirun, one GPU each
 #             mpi1 = NP processes under mpirun all on GPU 0, each its own NCCL host
 #                    (NCCL_HOSTID), with a CUDA MPS daemon of its own (default: g2 mpi)
@@ -71,7 +71,7 @@ variant_env() {
 }
 for v in $VARIANTS; do variant_env "$v" > /dev/null; done
 for mode in $MODES; do
-  case $mode in g2|mpi|mpi1) ;; *) echo "unknown mode $mode" >&2; exit 2 ;; esac
+  case $mode in g[2-8]|mpi|mpi1) ;; *) echo "unknown mode $mode" >&2; exit 2 ;; esac
 done
 
 # The MPS daemon of the mpi1 runs: private pipe and log folders (a unix socket's path must
@@ -117,7 +117,7 @@ for test in $TESTS; do
       name="$test.$mode.$v"
       env=("${common[@]}" $(variant_env "$v") ${EXTRA_ENV:-})
       case $mode in
-        g2) ranks=2; what="2 GPUs in one process (-g 2)" ;;
+        g[2-8]) ranks=${mode#g}; what="$ranks GPUs in one process (-g $ranks)" ;;
         mpi) ranks=$NP; what="$NP processes under mpirun, one GPU each" ;;
         mpi1) ranks=$NP; what="$NP processes under mpirun on GPU 0, each its own NCCL host, MPS"
               env+=(NCCL_TESTS_DEVICE=0 CUDA_MPS_PIPE_DIRECTORY=$mps_pipe) ;;
@@ -132,8 +132,8 @@ for test in $TESTS; do
         if [ -n "$skip" ]; then
           echo "nccl-tests: $skip"
           exit 2
-        elif [ "$mode" = g2 ]; then
-          timeout "$RUN_TIMEOUT" env "${env[@]}" "$build/$test" $ARGS -g 2
+        elif [ "${mode#g}" != "$mode" ]; then
+          timeout "$RUN_TIMEOUT" env "${env[@]}" "$build/$test" $ARGS -g "$ranks"
         else
           xs=(); for kv in "${env[@]}"; do xs+=(-x "$kv"); done
           run=("$build/$test")

@@ -261,9 +261,13 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   if (transport === 'ofi' || poSrc) note('poll interval us of endpoints without a wait fd', pollUs, poSrc);
   const dsSrc = pick(env, ['TSNET_DIRECT_SEND_MAX']);
   // A small frame written on the protocol thread skips a hand-over to the I/O thread per message
-  // (docs/performance.md); larger ones would hold the thread's turn for their copy.
+  // (docs/performance.md); larger ones would hold the thread's turn for their copy. Over
+  // libfabric the same limit applies to sends and writes with immediate data the protocol
+  // thread injects itself (within the provider's inject size).
   const directSendMax = dsSrc ? int(dsSrc, -1, LIMITS.eagerMax) : 8192;
-  if (transport === 'tcp' || dsSrc) note('frames written by the protocol thread up to bytes', directSendMax < 0 ? 'off' : directSendMax, dsSrc);
+  const dsValue = directSendMax < 0 ? 'off' : directSendMax;
+  if (transport === 'tcp' || (dsSrc && transport !== 'ofi')) note('frames written by the protocol thread up to bytes', dsValue, dsSrc);
+  if (transport === 'ofi') note('sends and writes the protocol thread injects itself up to bytes', dsValue, dsSrc);
 
   let ofi: OfiConfig | undefined;
   let latencyUs = 0;

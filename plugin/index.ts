@@ -26,6 +26,7 @@ process.on('uncaughtException', (e) => log.warn(`uncaught exception in the plugi
 process.on('unhandledRejection', (e) => log.warn(`unhandled rejection in the plugin: ${(e as Error)?.stack ?? e}`));
 
 let started: ReturnType<Binding['start']>;
+let engine: Port | undefined; // this thread's port, once a transport asked for it
 const plugin = new Plugin({
   thread: binding.thread,
   get mailbox() { return started.mailbox; },
@@ -37,11 +38,13 @@ const plugin = new Plugin({
     const port = () => {
       const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs, writeNowMax: config.directSendMax });
       if (config.traceFile || config.statsSteps) binding.ioTrace(true);
+      engine = p;
       return p;
     };
     return makeTransport(config, regions, binding, port, binding.thread);
   },
   threadCpu: () => binding.threadCpu(),
+  sentHere: () => (engine ? { here: engine.writtenHere, part: engine.writtenPart } : undefined),
   busy: () => binding.busy(),
   ioCpu: () => Array.from(binding.ioStats()),
   ioWakes: () => binding.ioWakes(),

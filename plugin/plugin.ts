@@ -33,6 +33,12 @@ export interface PluginHost {
   makeTransport(config: Config, regions: Regions): Transport;
   /** CPU microseconds this thread has used. */
   threadCpu(): number;
+  /**
+   * Submissions this thread wrote or posted itself instead of handing them to an I/O thread
+   * (Port.writtenHere), and of those the frames that went only in part; undefined before the
+   * engine started.
+   */
+  sentHere?(): { here: number; part: number } | undefined;
   /** Microseconds this thread spent working (turns and control calls), polling and sleep excluded. */
   busy(): number;
   /** CPU microseconds of each I/O thread (thread 0 reports them). */
@@ -452,7 +458,7 @@ export class Plugin {
       this.ctxs.delete(ctx);
       if (!this.ctxs.size && !this.comms.size && !this.listeners.size && !this.connecting.size) this.transport?.release?.();
       if (this.config?.stats) {
-        log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy()));
+        log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy(), this.host.sentHere?.()));
         log.info(wakeStatsLine(`protocol thread ${this.host.thread}`, [this.host.wakes()]));
         for (const line of this.steps?.lines(this.host.thread) ?? []) log.info(line);
         if (this.host.thread === 0) {

@@ -22,13 +22,15 @@ export function commStatsLine(id: number, kind: string, s: CommStats, ms: number
  * CPU counts the busy-poll window too (TSNET_SPIN_US); busy is the time spent in turns and
  * control calls: what a request really costs the thread.
  */
-export function threadStatsLine(thread: number, s: ThreadStats, cpuNow: number, busyNow: number): string {
+export function threadStatsLine(thread: number, s: ThreadStats, cpuNow: number, busyNow: number, sent?: { here: number; part: number }): string {
   const cpu = cpuNow - s.cpuStart;
   const busy = busyNow - s.busyStart;
   const per = (us: number) => (s.requests ? (us / s.requests).toFixed(2) : '-');
+  // Since the thread's first engine use, warm-up included (TSNET_DIRECT_SEND_MAX).
+  const here = sent ? `; sent by this thread itself ${sent.here} (in part ${sent.part})` : '';
   return (
     `stats: protocol thread ${thread}: ${s.requests} requests in ${((Date.now() - s.started) / 1000).toFixed(2)} s; ` +
-    `CPU ${(cpu / 1e6).toFixed(3)} s (${per(cpu)} us per request), busy ${(busy / 1e6).toFixed(3)} s (${per(busy)} us per request)`
+    `CPU ${(cpu / 1e6).toFixed(3)} s (${per(cpu)} us per request), busy ${(busy / 1e6).toFixed(3)} s (${per(busy)} us per request)${here}`
   );
 }
 

@@ -720,12 +720,18 @@ void wakeThread(IoThread* t) {
 // write queue is empty too, so nothing of the lane waits anywhere. The lock also keeps the I/O
 // thread's own syscalls on the socket out while this one runs.
 WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s) {
-  if (s->kind != TSN_SUB_WRITE || s->inlineLen > TSN_SUB_INLINE) return WriteNow::kNone;
+  bool ofi = s->kind == TSN_SUB_OFI_SEND || s->kind == TSN_SUB_OFI_WRITE;
+  if (!ofi && (s->kind != TSN_SUB_WRITE || s->inlineLen > TSN_SUB_INLINE)) return WriteNow::kNone;
   Lane* l = laneById(s->lane);
-  if (!l || l->port != port || l->t != t || l->ofi) return WriteNow::kNone;
+  if (!l || l->port != port || l->t != t || !l->ofi != !ofi) return WriteNow::kNone;
   size_t addr = 0, len = 0;
   // What takeSub would refuse it reports itself, through the I/O thread.
   if (!asSize(s->addr, &addr) || !asSize(s->len, &len) || (len && !addr)) return WriteNow::kNone;
+  if (ofi) {
+    size_t raddr = 0;
+    if (!asSize(s->raddr, &raddr)) return WriteNow::kNone;
+    return ofiWriteNow(t, l, s, addr, len, raddr);
+  }
   size_t total = s->inlineLen + len;
   if (total == 0) return WriteNow::kNone;
   std::unique_lock<std::mutex> g(l->mu, std::try_to_lock);

@@ -199,6 +199,9 @@ void wakeThread(IoThread* t);
 // kNone: nothing written; kPart: part written, s now names the rest; kAll: all written.
 enum class WriteNow { kNone, kPart, kAll };
 WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s);
+// The same for a libfabric lane's send or write with immediate data (engine_ofi.cc): an inject,
+// so never kPart. addr, len, raddr: s's, checked by writeNow.
+WriteNow ofiWriteNow(IoThread* t, Lane* l, tsn_sub_t* s, size_t addr, size_t len, size_t raddr);
 void postAdmin(IoThread* t, Admin* a);
 // What a protocol thread waiting on I/O threads checks: whether one of them has been inside one
 // provider call, without finishing a pass, since the wait began and for a stall's time.

@@ -251,6 +251,68 @@ void ofiDelete(Lane* l) {
   l->ofi = nullptr;
 }
 
+namespace {
+
+// Whether registration id holds host memory: what a protocol thread may inject from (an
+// inject copies the bytes before it returns, and GPU memory would need CUDA on this thread).
+bool hostMr(uint32_t id) {
+  MrEntry* e = mrAt(id);
+  OfiMr* mr = e ? __atomic_load_n(&e->mr, __ATOMIC_ACQUIRE) : nullptr;
+  return mr && mr->device() < 0;
+}
+
+// Largest send a protocol thread gathers into one buffer to inject it.
+constexpr size_t kInjectMax = 16384;
+
+}  // namespace
+
+// A protocol thread posts a small send, or a write with immediate data, itself: as an inject
+// (fi_injectdata, fi_inject_writedata), which copies the bytes and asks for no completion, so
+// the operation is complete when the call returns and no I/O thread takes part. Only where the
+// endpoint keeps its order without the I/O thread: the caller saw its ring to t empty, and
+// under the lane's lock (which keeps the I/O thread's own posts and polls out meanwhile) no post
+// waits for room. Anything else goes the usual way: GPU memory, a write without immediate data
+// (a flush's, whose completion must mean it was done), more than the provider injects, a
+// provider that may call CUDA, a full provider (FI_EAGAIN) or an error (the I/O thread meets it
+// again and reports it).
+WriteNow ofiWriteNow(IoThread* t, Lane* l, tsn_sub_t* s, size_t addr, size_t len, size_t raddr) {
+  bool imm = s->flags & TSN_SUB_F_IMM;
+  bool send = s->kind == TSN_SUB_OFI_SEND;
+  if (!send && !imm) return WriteNow::kNone;
+  size_t hlen = send ? s->rkeyLo : 0;  // a send's header: [raddr, raddr + rkeyLo), registration rkeyHi
+  size_t total = hlen + len;
+  if (hlen && !raddr) return WriteNow::kNone;
+  if ((len && !hostMr(s->mr)) || (hlen && !hostMr(s->rkeyHi))) return WriteNow::kNone;
+  std::unique_lock<std::mutex> g(l->mu, std::try_to_lock);
+  if (!g.owns_lock()) return WriteNow::kNone;  // its I/O thread is at the endpoint
+  if (l->closed || l->quiet || l->ofiHead) return WriteNow::kNone;
+  const OfiNic& nic = l->ofi->domain()->nic();
+  if (total > nic.injectSize || total > kInjectMax) return WriteNow::kNone;
+  if (g_cudaDevice.load(std::memory_order_acquire) >= 0 && !nic.noCudaApi) return WriteNow::kNone;
+  uint32_t hi;
+  memcpy(&hi, s->inl, sizeof hi);
+  uint64_t data = static_cast<uint64_t>(hi) << 32 | s->imm;
+  const void* buf = reinterpret_cast<const void*>(addr);
+  int r;
+  if (send) {
+    if (hlen) {  // one buffer: an inject takes no iovecs
+      thread_local char gather[kInjectMax];
+      memcpy(gather, reinterpret_cast<const void*>(raddr), hlen);
+      if (len) memcpy(gather + hlen, buf, len);
+      buf = gather;
+    }
+    r = imm ? l->ofi->injectData(buf, total, data, s->aux) : l->ofi->inject(buf, total, s->aux);
+  } else {
+    r = l->ofi->injectWriteData(buf, len, data, s->aux, raddr, static_cast<uint64_t>(s->rkeyHi) << 32 | s->rkeyLo);
+  }
+  g.unlock();
+  if (r != 0) return WriteNow::kNone;
+  // A provider with manual progress may hold some of it until its endpoint is polled: the I/O
+  // thread polls it as after any post (free where it is awake).
+  wakeThread(t);
+  return WriteNow::kAll;
+}
+
 // --- functions protocol threads call ---
 
 namespace {

@@ -273,6 +273,8 @@ class OfiEndpoint {
   // No completion: buf may be reused at once. len <= nic().injectSize.
   int inject(const void* buf, size_t len, uint64_t peer);
   int injectData(const void* buf, size_t len, uint64_t imm, uint64_t peer);
+  // fi_inject_writedata: a write with immediate data and no completion on this side.
+  int injectWriteData(const void* buf, size_t len, uint64_t imm, uint64_t peer, uint64_t raddr, uint64_t rkey);
   int write(const void* buf, size_t len, void* desc, uint64_t peer, uint64_t raddr, uint64_t rkey, uint64_t ctx);
   int writeData(const void* buf, size_t len, void* desc, uint64_t imm, uint64_t peer, uint64_t raddr, uint64_t rkey,
                 uint64_t ctx);

@@ -452,6 +452,13 @@ int OfiEndpoint::injectData(const void* buf, size_t len, uint64_t imm, uint64_t 
   return postInject(m, "fi_injectdata", len, [&] { return fi_injectdata(m->ep, buf, len, imm, peer); });
 }
 
+int OfiEndpoint::injectWriteData(const void* buf, size_t len, uint64_t imm, uint64_t peer, uint64_t raddr,
+                                 uint64_t rkey) {
+  Impl* m = impl_.get();
+  return postInject(m, "fi_inject_writedata", len,
+                    [&] { return fi_inject_writedata(m->ep, buf, len, imm, peer, raddr, rkey); });
+}
+
 int OfiEndpoint::write(const void* buf, size_t len, void* desc, uint64_t peer, uint64_t raddr, uint64_t rkey,
                        uint64_t ctx) {
   Impl* m = impl_.get();
@@ -579,6 +586,7 @@ int OfiEndpoint::sendData(const void*, size_t, void*, uint64_t, uint64_t, uint64
 int OfiEndpoint::sendMsg(const iovec*, void**, size_t, uint64_t, bool, uint64_t, uint64_t) { return -38; }
 int OfiEndpoint::inject(const void*, size_t, uint64_t) { return -38; }
 int OfiEndpoint::injectData(const void*, size_t, uint64_t, uint64_t) { return -38; }
+int OfiEndpoint::injectWriteData(const void*, size_t, uint64_t, uint64_t, uint64_t, uint64_t) { return -38; }
 int OfiEndpoint::write(const void*, size_t, void*, uint64_t, uint64_t, uint64_t, uint64_t) { return -38; }
 int OfiEndpoint::writeData(const void*, size_t, void*, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) { return -38; }
 int OfiEndpoint::read(void*, size_t, void*, uint64_t, uint64_t, uint64_t, uint64_t) { return -38; }

@@ -52,6 +52,13 @@ interface Overflow {
 
 /** Lanes a ring remembers as written by the protocol thread in one turn (SubRing.directLanes). */
 const DIRECT_LANES = 8;
+/**
+ * libfabric operations of one lane this thread posts itself in one turn (submitOfiNow). A
+ * socket lane takes one frame (the I/O thread gathers the rest into one sendmsg); an endpoint
+ * posts each operation alone either way, and one lane carries every comm of the device on this
+ * thread: a receive's control message and a send's eager message often share a turn.
+ */
+const OFI_DIRECT_PER_TURN = 2;
 
 class SubRing {
   readonly hdr: Uint32Array;
@@ -139,6 +146,13 @@ class SubRing {
 
   putOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
     raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
+    this.fillOfi(lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+    this.advance();
+  }
+
+  /** Writes a libfabric record at the tail without publishing it (putOfi() = fillOfi() + advance()). */
+  fillOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
+    raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
     const b = this.begin(lane, link, op, kind, 0, addr, len);
     const w = b >> 2;
     const u32 = this.u32;
@@ -150,7 +164,6 @@ class SubRing {
     u32[w + (SUB.aux >> 2)] = peer;
     u32[w + (SUB.mr >> 2)] = mr;
     u32[w + (SUB.inl >> 2)] = imm < 0 ? 0 : immHi;
-    this.advance();
   }
 }
 
@@ -276,23 +289,60 @@ export class Port {
       r.advance();
       return;
     }
+    this.wroteHere(r, lane, flags & SUB_F_NOCQE ? 0 : link, op, (ftype ? 24 : 0) + len, res);
+  }
+
+  /**
+   * Queues a libfabric submission as submitOfi() does. A send or a write with immediate data
+   * of at most writeNowMax bytes (a send's header included) this thread posts itself, as an
+   * inject, when nothing it submitted to that I/O thread waits there and the lane posted at most
+   * OFI_DIRECT_PER_TURN operations here in this turn; the engine refuses what it cannot inject
+   * (GPU memory, more than the provider injects, a post waiting for room: engine_ofi.cc), and
+   * that goes through the ring. Its completion comes from the next poll() or flush().
+   */
+  submitOfiNow(t: number, lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number,
+    peer: number, raddr: number, keyLo: number, keyHi: number, imm: number, immHi = 0): void {
+    const r = this.subs[t];
+    const bytes = kind === SubKind.OFI_SEND ? len + keyLo : len;
+    if (bytes > this.writeNowMax || r.dirty || r.overflow.length !== 0 || this.turnCount(r, lane) >= OFI_DIRECT_PER_TURN ||
+      Atomics.load(r.hdr, RING.head / 4) !== r.tail) {
+      this.submitOfi(t, lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+      return;
+    }
+    r.fillOfi(lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+    const res = this.binding.ioWriteNow!(t, r.tail);
+    if (res < 0) {
+      r.advance();
+      return;
+    }
+    this.wroteHere(r, lane, link, op, len, res);
+  }
+
+  /** A submission went on this thread: remember its lane for the turn, queue its completion (link 0: none). */
+  private wroteHere(r: SubRing, lane: number, link: number, op: number, bytes: number, time: number): void {
     this.writtenHere++;
     r.directLanes[r.directCount++] = lane;
-    if (flags & SUB_F_NOCQE) return;
+    if (link === 0) return;
     let k = this.localCount;
     if (2 * k === this.localU32.length) k = this.growLocal();
     this.localU32[2 * k] = link;
     this.localU32[2 * k + 1] = op;
-    this.localF64[2 * k] = (ftype ? 24 : 0) + len;
-    this.localF64[2 * k + 1] = res;
+    this.localF64[2 * k] = bytes;
+    this.localF64[2 * k + 1] = time;
     this.localCount = k + 1;
   }
 
   /** Whether no frame of this lane was written here in this turn, and the ring has room to remember one. */
   private firstOfTurn(r: SubRing, lane: number): boolean {
-    if (r.directCount === DIRECT_LANES) return false;
-    for (let i = 0; i < r.directCount; i++) if (r.directLanes[i] === lane) return false;
-    return true;
+    return this.turnCount(r, lane) === 0;
+  }
+
+  /** How many submissions of this lane went on this thread in this turn; DIRECT_LANES when no more can be remembered. */
+  private turnCount(r: SubRing, lane: number): number {
+    if (r.directCount === DIRECT_LANES) return DIRECT_LANES;
+    let n = 0;
+    for (let i = 0; i < r.directCount; i++) if (r.directLanes[i] === lane) n++;
+    return n;
   }
 
   private growLocal(): number {

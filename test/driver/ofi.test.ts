@@ -90,6 +90,28 @@ for (const provider of ['tcp', 'shm'])
       expect(r.err).toMatch(/NET\/tsnet transport ofi, \d+ device\(s\)/);
     });
 
+    // Small sends and writes with immediate data go as injects from the protocol thread itself
+    // (Port.submitOfiNow); TSNET_STATS counts them per thread. Off, none go that way, and the
+    // same checks pass.
+    it('--procs 2: the protocol thread injects small sends and writes itself; TSNET_DIRECT_SEND_MAX=-1 turns it off', async () => {
+      const sent = (r: Run) => [...r.err.matchAll(/NET\/tsnet stats: protocol thread \d+: .*; sent by this thread itself (\d+) \(in part (\d+)\)$/gm)];
+      for (const [max, on] of [[undefined, true], ['-1', false]] as const) {
+        const r = await run(['transfer,grouped', '--procs', '2', '--version', '12', '--verbose'], provider, {
+          TSNET_STATS: '1',
+          ...(max ? { TSNET_DIRECT_SEND_MAX: max } : {}),
+        });
+        expect(r.out.split('\n').filter((l) => l.startsWith('not ok')), r.err.slice(-3000)).toEqual([]);
+        expect(r.status).toBe(0);
+        expect(r.out).toMatch(new RegExp(`^ok - v12 transfer \\[recv\\]: recv of ${64 << 20} bytes: data equal`, 'm'));
+        const m = sent(r);
+        expect(m.length, r.err.slice(-3000)).toBeGreaterThanOrEqual(2); // each process, at its finalize
+        const here = m.map((x) => Number(x[1]));
+        for (const x of m) expect(Number(x[2]), 'an inject goes whole or not at all').toBe(0);
+        if (on) expect(Math.min(...here), `sent here per process: ${here.join(', ')}`).toBeGreaterThan(0);
+        else expect(here.every((n) => n === 0)).toBe(true);
+      }
+    }, 240_000);
+
     it('--procs 1: exits 0 with no failed check', () => {
       expect(one.out.split('\n').filter((l) => l.startsWith('not ok')), one.err.slice(-4000)).toEqual([]);
       expect(one.status).toBe(0);

@@ -99,8 +99,14 @@ describe('readConfig defaults', () => {
     expect(readConfig({ TSNET_DIRECT_SEND_MAX: '-1' }, 2).lines).toContain('frames written by the protocol thread up to bytes = off (TSNET_DIRECT_SEND_MAX)');
     expect(readConfig({ TSNET_DIRECT_SEND_MAX: '0' }, 2).config.directSendMax).toBe(0);
     expect(readConfig({ TSNET_DIRECT_SEND_MAX: '65536' }, 2).lines).toContain('frames written by the protocol thread up to bytes = 65536 (TSNET_DIRECT_SEND_MAX)');
-    // libfabric writes no frames to a socket: the line only when set
-    expect(readConfig({ TSNET_TRANSPORT: 'ofi' }, 2).lines.some((l) => l.startsWith('frames written'))).toBe(false);
+    // libfabric writes no frames to a socket: its line says what the limit means there
+    const ofi = readConfig({ TSNET_TRANSPORT: 'ofi' }, 2).lines;
+    expect(ofi.some((l) => l.startsWith('frames written'))).toBe(false);
+    expect(ofi).toContain('sends and writes the protocol thread injects itself up to bytes = 8192 (default)');
+    const ofiOff = readConfig({ TSNET_TRANSPORT: 'ofi', TSNET_DIRECT_SEND_MAX: '-1' }, 2);
+    expect(ofiOff.config.directSendMax).toBe(-1);
+    expect(ofiOff.lines).toContain('sends and writes the protocol thread injects itself up to bytes = off (TSNET_DIRECT_SEND_MAX)');
+    expect(ofiOff.lines.some((l) => l.startsWith('frames written'))).toBe(false);
     expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: '-2' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=-2: expected -1 to 1048576/);
     expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: 'small' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=small: expected an integer/);
   });

@@ -1,6 +1,7 @@
 // Shared helpers of the unit suites: settling the event loop, capturing the plugin's log, byte
 // patterns, registered memory with guard bytes, and a Sender/Receiver pair over an in-memory
 // link (plugin/transports/memory-link.ts) whose calls are recorded.
+import { RING } from '../../plugin/engine/records';
 import { type Region, Regions } from '../../plugin/memory';
 import { type LinkEvents, type RxRing, SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../plugin/protocol/link';
 import { DEFAULT_POLICIES, type SchedulePolicy } from '../../plugin/protocol/policies';
@@ -14,6 +15,15 @@ export { KiB, MiB, allBytes, fill, firstDiff, prng } from '../support/data';
 export { type LogLine, captureLog } from '../support/log-capture';
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** An engine ring (records.h tsn_ring_hdr) of `records` records in a plain ArrayBuffer, for fake engine bindings. */
+export function ringBuffer(records: number, recordBytes: number): ArrayBuffer {
+  const buf = new ArrayBuffer(RING.bytes + records * recordBytes);
+  const hdr = new Uint32Array(buf, 0, RING.bytes / 4);
+  hdr[RING.mask / 4] = records - 1;
+  hdr[RING.recordBytes / 4] = recordBytes;
+  return buf;
+}
 
 /**
  * Awaits macrotask turns (each also drains the microtask queue) until probe() gives the

@@ -11,17 +11,11 @@ import { CQE, CQE_RX, RING, RX, SUB } from '../../plugin/engine/records';
 import { FrameType, encodeFrame } from '../../plugin/protocol/frames';
 import { recvRingBytes } from '../../plugin/protocol/link';
 import { Receiver, newRecvArgs } from '../../plugin/protocol/receiver';
-import { type Completion, policyOf } from './helpers';
+import { type Completion, ringBuffer as makeRing, policyOf } from './helpers';
 
 const RECORDS = 64;
 
-function ringBuffer(recordBytes: number): ArrayBuffer {
-  const buf = new ArrayBuffer(RING.bytes + RECORDS * recordBytes);
-  const hdr = new Uint32Array(buf, 0, RING.bytes / 4);
-  hdr[RING.mask / 4] = RECORDS - 1;
-  hdr[RING.recordBytes / 4] = recordBytes;
-  return buf;
-}
+const ringBuffer = (recordBytes: number) => makeRing(RECORDS, recordBytes);
 
 /** An engine with one I/O thread whose rings are ArrayBuffers the test reads and writes. */
 class FakeEngine implements LaneBinding {

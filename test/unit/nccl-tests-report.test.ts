@@ -139,6 +139,7 @@ describe('variants and ratio columns', () => {
 
   it('names the modes with the ranks of the logs', () => {
     expect(modeHeading('g2', 2)).toBe('2 GPUs in one process (-g 2)');
+    expect(modeHeading('g4', 4)).toBe('4 GPUs in one process (-g 4)');
     expect(modeHeading('mpi', 4)).toBe('4 processes under mpirun (one GPU each)');
     expect(modeHeading('mpi1', 3)).toBe('3 processes on one GPU (each its own NCCL host, MPS)');
   });

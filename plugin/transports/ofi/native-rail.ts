@@ -160,16 +160,19 @@ export class NativeRail implements Rail, CqeHandler {
   }
 
   send(peer: number, addr: number, len: number, desc: number, imm: number, token: number): void {
-    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr, len, desc, peer, 0, 0, 0, imm);
+    this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr, len, desc, peer, 0, 0, 0, imm);
   }
 
   // The first part travels in the fields a send does not use: raddr, keyLo (its length), keyHi (its desc).
   send2(peer: number, addr0: number, len0: number, desc0: number, addr1: number, len1: number, desc1: number, imm: number, token: number): void {
-    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr1, len1, desc1, peer, addr0, len0, desc0, imm);
+    this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr1, len1, desc1, peer, addr0, len0, desc0, imm);
   }
 
+  // Sends, and writes with immediate data, this thread may post itself (Port.submitOfiNow: small
+  // ones, as injects); a write without (a flush's) waits for its completion from the I/O thread.
   write(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, imm: number, token: number, immHi = 0): void {
-    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, addr, len, desc, peer, raddr, keyLo, keyHi, imm, immHi);
+    if (imm < 0) this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, addr, len, desc, peer, raddr, keyLo, keyHi, imm, immHi);
+    else this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, addr, len, desc, peer, raddr, keyLo, keyHi, imm, immHi);
   }
 
   read(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, token: number): void {
