@@ -59,6 +59,8 @@ export interface Config {
    * control lane itself when nothing of it waits for the lane's I/O thread (-1: never).
    */
   directSendMax: number;
+  /** TSNET_DIRECT_SEND_IDLE_US: only a lane that wrote nothing for this long is written here; 0: any lane. */
+  directIdleUs: number;
   /** Seconds without progress on a link with work pending before it is declared dead. */
   timeoutSec: number;
   /** The libfabric transport's settings (OFI_NCCL_*, TSNET_FLUSH), when it is chosen. */
@@ -268,6 +270,12 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   const dsValue = directSendMax < 0 ? 'off' : directSendMax;
   if (transport === 'tcp' || (dsSrc && transport !== 'ofi')) note('frames written by the protocol thread up to bytes', dsValue, dsSrc);
   if (transport === 'ofi') note('sends and writes the protocol thread injects itself up to bytes', dsValue, dsSrc);
+  const diSrc = pick(env, ['TSNET_DIRECT_SEND_IDLE_US']);
+  // A lane that wrote a moment ago carries a stream: the I/O thread gathers its frames into
+  // fewer calls, and the protocol thread, which a stream keeps busy, makes none of them
+  // (performance.md item 21: one comm pair streaming 8-byte messages lost 20% of its rate).
+  const directIdleUs = diSrc ? int(diSrc, 0, 1000) : 5;
+  if (((transport === 'tcp' || transport === 'ofi') && directSendMax >= 0) || diSrc) note('written by the protocol thread only on a lane idle for us', directIdleUs || 'any', diSrc);
 
   let ofi: OfiConfig | undefined;
   let latencyUs = 0;
@@ -316,6 +324,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       spinMaxUs,
       pollUs,
       directSendMax,
+      directIdleUs,
       timeoutSec,
       ofi,
       latencyUs,

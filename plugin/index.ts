@@ -36,7 +36,7 @@ const plugin = new Plugin({
   setSpin: (us) => binding.setSpin(us),
   makeTransport: (config, regions) => {
     const port = () => {
-      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs, writeNowMax: config.directSendMax });
+      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs, writeNowMax: config.directSendMax, directIdleUs: config.directIdleUs });
       if (config.traceFile || config.statsSteps) binding.ioTrace(true);
       engine = p;
       return p;

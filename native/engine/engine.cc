@@ -219,6 +219,7 @@ bool move(IoThread* t, Lane* l, int dir) {
       return false;
     }
     size_t got = static_cast<size_t>(r);
+    if (dir == kW && got && E->directIdleNs.load(std::memory_order_relaxed)) l->lastWriteNs = nowNs();
     for (Op* op = l->head[dir]; got > 0; op = op->next) {
       if (op->discard) {
         size_t c = std::min(got, op->left);
@@ -737,6 +738,11 @@ WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s) {
   std::unique_lock<std::mutex> g(l->mu, std::try_to_lock);
   if (!g.owns_lock()) return WriteNow::kNone;  // its I/O thread is at the socket: leave it the write
   if (l->closed || l->quiet || l->closing || l->err || l->fd < 0 || l->head[kW]) return WriteNow::kNone;
+  // A lane that wrote a moment ago streams: its I/O thread gathers the frames into fewer sendmsg
+  // calls, and this thread's turn stays short.
+  uint64_t idle = E->directIdleNs.load(std::memory_order_relaxed);
+  uint64_t now = idle ? nowNs() : 0;
+  if (idle && now - l->lastWriteNs < idle) return WriteNow::kNone;
   iovec v[2];
   int n = 0;
   if (s->inlineLen) v[n++] = {s->inl, s->inlineLen};
@@ -749,6 +755,7 @@ WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s) {
   while (r < 0 && errno == EINTR);
   // A full socket or an error: the I/O thread writes it, or meets the error and fails the lane.
   if (r <= 0) return WriteNow::kNone;
+  if (idle) l->lastWriteNs = now;
   size_t k = static_cast<size_t>(r);
   if (k == total) return WriteNow::kAll;
   // The rest stays in the record, which the caller publishes next: first of the lane's writes.

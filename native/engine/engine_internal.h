@@ -74,6 +74,8 @@ struct Lane {
   Op* head[2] = {nullptr, nullptr};  // per direction (kW, kR): FIFO
   Op* tail[2] = {nullptr, nullptr};
   Op* dead = nullptr;    // cancelled ops, recycled by the I/O thread
+  uint64_t lastWriteNs = 0;  // when bytes last left (a libfabric lane: a send or write was posted), while
+                             // E->directIdleNs is set; 0: never
   // libfabric lanes: an RDM endpoint in place of the socket, and posts waiting for room (FI_EAGAIN)
   OfiEndpoint* ofi = nullptr;
   Op* ofiHead = nullptr;
@@ -163,6 +165,9 @@ struct Engine {
   std::atomic<Port*> ports[kMaxPorts] = {};
   int32_t* sleeping = nullptr;  // per I/O thread, shared with JavaScript: 1 = wake me
   uint64_t lingerNs = 0;        // how long a closing lane waits for the peer's end
+  // writeNow: a lane that wrote (or posted a send or write) less than this long ago is left to
+  // its I/O thread, which gathers a stream's frames; 0: no such rule (TSNET_DIRECT_SEND_IDLE_US)
+  std::atomic<uint64_t> directIdleNs{0};
   std::atomic<bool> trace{false};
   std::mutex laneMu;
   std::vector<uint32_t> freeIds;

@@ -178,6 +178,17 @@ Napi::Value IoWake(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// ioSetDirectIdle(us): ioWriteNow leaves a frame to the I/O thread when its lane wrote less than
+// us ago (a stream, whose frames that thread gathers); 0: no such rule. Process-wide.
+Napi::Value IoSetDirectIdle(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double us;
+  if (!E) return fail(env, "ioSetDirectIdle: call ioStart first");
+  if (!number(info, 0, &us) || !(us >= 0 && us <= 1e6)) return fail(env, "ioSetDirectIdle(us) needs 0 .. 1e6");
+  E->directIdleNs.store(static_cast<uint64_t>(us * 1000), std::memory_order_relaxed);
+  return env.Undefined();
+}
+
 // ioWriteNow(thread, index) -> -1 | -2 | time: the calling protocol thread writes the
 // submission it put at `index` of its ring to I/O thread `thread`, not yet published, itself
 // (writeNow, engine.cc). The caller has seen that ring empty: the I/O thread took everything
@@ -350,6 +361,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioPort", Napi::Function::New(e, IoPort, "ioPort"));
   o.Set("ioAdopt", Napi::Function::New(e, IoAdopt, "ioAdopt"));
   o.Set("ioWake", Napi::Function::New(e, IoWake, "ioWake"));
+  o.Set("ioSetDirectIdle", Napi::Function::New(e, IoSetDirectIdle, "ioSetDirectIdle"));
   o.Set("ioWriteNow", Napi::Function::New(e, IoWriteNow, "ioWriteNow"));
   o.Set("ioClose", Napi::Function::New(e, IoClose, "ioClose"));
   o.Set("ioCancel", Napi::Function::New(e, IoCancel, "ioCancel"));

@@ -31,6 +31,11 @@ export interface EngineBinding {
    * a binding without it never writes on the protocol thread.
    */
   ioWriteNow?(thread: number, index: number): number;
+  /**
+   * ioWriteNow leaves a submission to the I/O thread when its lane wrote (or posted a send or
+   * write) less than us ago; 0: no such rule. Process-wide; optional like ioWriteNow.
+   */
+  ioSetDirectIdle?(us: number): void;
 }
 
 interface Overflow {
@@ -214,11 +219,12 @@ export class Port {
   private readonly freeLinks: number[] = [];
 
   /** This thread's port; the first call on thread 0 starts the I/O threads. */
-  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number; pollUs: number; writeNowMax?: number }): Port {
+  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number; pollUs: number; writeNowMax?: number; directIdleUs?: number }): Port {
     if (!Port.shared) {
       binding.ioStart(opts.ioThreads, opts.spinUs, opts.lingerMs, opts.pollUs);
       Port.shared = new Port(binding);
       if (typeof binding.ioWriteNow === 'function' && opts.writeNowMax !== undefined) Port.shared.writeNowMax = opts.writeNowMax;
+      if (opts.directIdleUs !== undefined) binding.ioSetDirectIdle?.(opts.directIdleUs);
     }
     return Port.shared;
   }

@@ -485,6 +485,52 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     expect(r.sent.slice().sort()).toEqual([0, 1, 2, 3, 4, 5]);
   });
 
+  it('ioSetDirectIdle (TSNET_DIRECT_SEND_IDLE_US): a lane that wrote less than that ago, here or by its I/O thread, leaves its frame to the I/O thread; a quiet lane, or the rule at 0, here', async () => {
+    const r = await ringPair('unix', 1 << 16);
+    const r2 = await ringPair('unix', 1 << 16);
+    await settle();
+    const src = new Mem(8193);
+    const here = port.writtenHere;
+    const frame = (e: typeof r, i: number, len = 8) => e.tx.frame(FrameType.MSG, 1, i, i, len, src.addr, len, i);
+    A.ioSetDirectIdle!(200_000); // 200 ms
+    try {
+      frame(r, 0); // the lane never wrote
+      expect(port.writtenHere - here, 'a lane that never wrote').toBe(1);
+      await settle();
+      frame(r, 1);
+      expect(port.writtenHere - here, 'written here a moment ago').toBe(1);
+      await settle();
+      frame(r2, 0);
+      expect(port.writtenHere - here, 'another lane, quiet').toBe(2);
+      await sleep(250);
+      frame(r, 2, 8193); // over the limit: its I/O thread writes it
+      await settle();
+      frame(r, 3);
+      expect(port.writtenHere - here, 'its I/O thread wrote a moment ago').toBe(2);
+      await settle(); // published: its I/O thread writes it now
+      await sleep(250);
+      frame(r, 4);
+      expect(port.writtenHere - here, 'quiet for longer than the rule').toBe(3);
+    } finally {
+      A.ioSetDirectIdle!(0);
+    }
+    await settle();
+    frame(r, 5);
+    expect(port.writtenHere - here, 'no rule').toBe(4);
+    await until(() => r.sent.length === 6 && r2.sent.length === 1, 5000, 'every completion');
+    let parsed = 0;
+    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
+    for (let i = 0; i < 6; i++) {
+      const len = i === 2 ? 8193 : 8;
+      await until(() => ((r.rxl.rx.written() - parsed) >>> 0) >= FRAME_BYTES + len, 5000, `frame ${i}`);
+      expect(readFrame(r.rxl.rx, parsed, f)).toBeUndefined();
+      expect(f.seq, 'in order').toBe(i);
+      parsed += FRAME_BYTES + len;
+      r.rxl.rx.release(parsed);
+    }
+    expect(() => A.ioSetDirectIdle!(-1)).toThrow(/ioSetDirectIdle\(us\) needs 0 \.\. 1e6/);
+  });
+
   it('frames submitted after one that waits for the I/O thread in the same turn go behind it, through the ring', async () => {
     const r = await ringPair('unix', 1 << 16);
     await settle();
