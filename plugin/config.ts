@@ -271,11 +271,12 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   if (transport === 'tcp' || (dsSrc && transport !== 'ofi')) note('frames written by the protocol thread up to bytes', dsValue, dsSrc);
   if (transport === 'ofi') note('sends and writes the protocol thread injects itself up to bytes', dsValue, dsSrc);
   const diSrc = pick(env, ['TSNET_DIRECT_SEND_IDLE_US']);
-  // A lane that wrote a moment ago carries a stream: the I/O thread gathers its frames into
-  // fewer calls, and the protocol thread, which a stream keeps busy, makes none of them
-  // (performance.md item 21: one comm pair streaming 8-byte messages lost 20% of its rate).
-  const directIdleUs = diSrc ? int(diSrc, 0, 1000) : 5;
-  if (((transport === 'tcp' || transport === 'ofi') && directSendMax >= 0) || diSrc) note('written by the protocol thread only on a lane idle for us', directIdleUs || 'any', diSrc);
+  // A lane that wrote a moment ago carries a stream, whose frames the I/O thread could gather
+  // into fewer calls while the protocol thread makes none of them. Off by default: one comm
+  // pair streaming 8-byte messages lost 20% of its rate to the protocol thread's writes in one
+  // lease and nothing in two others, and 5 us changed no NCCL figure (performance.md item 21).
+  const directIdleUs = diSrc ? int(diSrc, 0, 1000) : 0;
+  if (diSrc) note('written by the protocol thread only on a lane idle for us', directIdleUs || 'any', diSrc);
 
   let ofi: OfiConfig | undefined;
   let latencyUs = 0;

@@ -46,7 +46,7 @@ describe('readConfig defaults', () => {
       spinMaxUs: 0,
       pollUs: 50,
       directSendMax: 8192,
-      directIdleUs: 5,
+      directIdleUs: 0,
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
@@ -64,7 +64,6 @@ describe('readConfig defaults', () => {
       'protocol threads = 1 (default)',
       'busy-poll window us = 0 (default)',
       'frames written by the protocol thread up to bytes = 8192 (default)',
-      'written by the protocol thread only on a lane idle for us = 5 (default)',
       'link timeout seconds = 10 (default)',
       'warm-up messages at init = 10000 (default)',
     ]);
@@ -110,11 +109,12 @@ describe('readConfig defaults', () => {
     expect(ofiOff.lines).toContain('sends and writes the protocol thread injects itself up to bytes = off (TSNET_DIRECT_SEND_MAX)');
     expect(ofiOff.lines.some((l) => l.startsWith('frames written'))).toBe(false);
     expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: '-2' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=-2: expected -1 to 1048576/);
-    // ... only on a lane that wrote nothing for TSNET_DIRECT_SEND_IDLE_US (0: any lane); said only while it applies
-    expect(readConfig({}, 2).config.directIdleUs).toBe(5);
+    // ... only on a lane that wrote nothing for TSNET_DIRECT_SEND_IDLE_US (default and 0: any lane); said only when set
+    expect(readConfig({}, 2).config.directIdleUs).toBe(0);
+    expect(readConfig({}, 2).lines.some((l) => l.includes('lane idle'))).toBe(false);
+    expect(readConfig({ TSNET_DIRECT_SEND_IDLE_US: '5' }, 2).lines).toContain('written by the protocol thread only on a lane idle for us = 5 (TSNET_DIRECT_SEND_IDLE_US)');
     expect(readConfig({ TSNET_DIRECT_SEND_IDLE_US: '0' }, 2).lines).toContain('written by the protocol thread only on a lane idle for us = any (TSNET_DIRECT_SEND_IDLE_US)');
     expect(readConfig({ TSNET_DIRECT_SEND_IDLE_US: '1000' }, 2).config.directIdleUs).toBe(1000);
-    expect(readConfig({ TSNET_DIRECT_SEND_MAX: '-1' }, 2).lines.some((l) => l.includes('lane idle'))).toBe(false);
     expect(() => readConfig({ TSNET_DIRECT_SEND_IDLE_US: '1001' }, 2)).toThrow(/TSNET_DIRECT_SEND_IDLE_US=1001: expected 0 to 1000/);
     expect(() => readConfig({ TSNET_DIRECT_SEND_IDLE_US: 'soon' }, 2)).toThrow(/TSNET_DIRECT_SEND_IDLE_US=soon: expected an integer/);
     expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: 'small' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=small: expected an integer/);
