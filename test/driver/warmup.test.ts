@@ -72,11 +72,18 @@ describe('warm-up at init (TSNET_WARMUP)', () => {
     });
     expect(r.status, r.stderr.slice(-3000)).toBe(0);
     expect(r.stderr).toMatch(new RegExp(`NET/tsnet warm-up: ${WARMUP} of ${WARMUP} message`));
-    const m = r.stderr.match(/NET\/tsnet stats: steps of isend of the warm-up on protocol thread \d+, (\d+) requests, .*submitted→written [\d.]+ \/ [\d.]+ \((\d+)\)/);
+    const m = r.stderr.match(/NET\/tsnet stats: steps of isend of the warm-up on protocol thread \d+, (\d+) requests, .*$/m);
     expect(m, r.stderr.slice(-3000)).not.toBeNull();
     expect(Number(m![1])).toBe(WARMUP);
     expect(r.stderr).not.toMatch(/NET\/tsnet stats: steps of isend on protocol thread/); // the scenario sends nothing
-    expect(Number(m![2])).toBeGreaterThanOrEqual(WARMUP / 5); // about 40% measured; 64 KiB ones alone are 3%
+    // Written through the I/O thread (submitted→written), or injected by the protocol thread
+    // itself (in JS→written, TSNET_DIRECT_SEND_MAX): about 40% and 55% measured; 64 KiB ones alone are 3%.
+    // An interval every request had shows no count.
+    const count = (step: string) => {
+      const c = m![0].match(new RegExp(`; ${step} [\\d.]+ / [\\d.]+( \\((\\d+)\\))?;`));
+      return c ? Number(c[2] ?? WARMUP) : 0;
+    };
+    expect(count('submitted→written') + count('in JS→written'), m![0]).toBeGreaterThanOrEqual(WARMUP / 5);
   }, 240_000);
 
   for (const provider of ['tcp', 'shm'])
