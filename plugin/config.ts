@@ -265,8 +265,10 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   // A small frame written on the protocol thread skips a hand-over to the I/O thread per message
   // (docs/performance.md); larger ones would hold the thread's turn for their copy. Over
   // libfabric the same limit applies to sends and writes with immediate data the protocol
-  // thread injects itself (within the provider's inject size).
-  const directSendMax = dsSrc ? int(dsSrc, -1, LIMITS.eagerMax) : 8192;
+  // thread injects itself (within the provider's inject size), off unless set: it made nothing
+  // faster, and a provider call that never returns (shm spinning on the lock of a killed peer)
+  // then stops the protocol thread, whose watchdog would otherwise fail the comms (item 21).
+  const directSendMax = dsSrc ? int(dsSrc, -1, LIMITS.eagerMax) : transport === 'ofi' ? -1 : 8192;
   const dsValue = directSendMax < 0 ? 'off' : directSendMax;
   if (transport === 'tcp' || (dsSrc && transport !== 'ofi')) note('frames written by the protocol thread up to bytes', dsValue, dsSrc);
   if (transport === 'ofi') note('sends and writes the protocol thread injects itself up to bytes', dsValue, dsSrc);

@@ -90,12 +90,12 @@ for (const provider of ['tcp', 'shm'])
       expect(r.err).toMatch(/NET\/tsnet transport ofi, \d+ device\(s\)/);
     });
 
-    // Small sends and writes with immediate data go as injects from the protocol thread itself
-    // (Port.submitOfiNow); TSNET_STATS counts them per thread. Off, none go that way, and the
-    // same checks pass.
-    it('--procs 2: the protocol thread injects small sends and writes itself; TSNET_DIRECT_SEND_MAX=-1 turns it off', async () => {
+    // With TSNET_DIRECT_SEND_MAX set, small sends and writes with immediate data go as injects
+    // from the protocol thread itself (Port.submitOfiNow); TSNET_STATS counts them per thread.
+    // By default (off over libfabric) none go that way, and the same checks pass.
+    it('--procs 2: TSNET_DIRECT_SEND_MAX=8192 has the protocol thread inject small sends and writes itself; none by default', async () => {
       const sent = (r: Run) => [...r.err.matchAll(/NET\/tsnet stats: protocol thread \d+: .*; sent by this thread itself (\d+) \(in part (\d+)\)$/gm)];
-      for (const [max, on] of [[undefined, true], ['-1', false]] as const) {
+      for (const [max, on] of [['8192', true], [undefined, false]] as const) {
         const r = await run(['transfer,grouped', '--procs', '2', '--version', '12', '--verbose'], provider, {
           TSNET_STATS: '1',
           ...(max ? { TSNET_DIRECT_SEND_MAX: max } : {}),

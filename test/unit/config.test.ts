@@ -103,7 +103,9 @@ describe('readConfig defaults', () => {
     // libfabric writes no frames to a socket: its line says what the limit means there
     const ofi = readConfig({ TSNET_TRANSPORT: 'ofi' }, 2).lines;
     expect(ofi.some((l) => l.startsWith('frames written'))).toBe(false);
-    expect(ofi).toContain('sends and writes the protocol thread injects itself up to bytes = 8192 (default)');
+    expect(ofi).toContain('sends and writes the protocol thread injects itself up to bytes = off (default)');
+    expect(readConfig({ TSNET_TRANSPORT: 'ofi' }, 2).config.directSendMax).toBe(-1);
+    expect(readConfig({ TSNET_TRANSPORT: 'ofi', TSNET_DIRECT_SEND_MAX: '8192' }, 2).lines).toContain('sends and writes the protocol thread injects itself up to bytes = 8192 (TSNET_DIRECT_SEND_MAX)');
     const ofiOff = readConfig({ TSNET_TRANSPORT: 'ofi', TSNET_DIRECT_SEND_MAX: '-1' }, 2);
     expect(ofiOff.config.directSendMax).toBe(-1);
     expect(ofiOff.lines).toContain('sends and writes the protocol thread injects itself up to bytes = off (TSNET_DIRECT_SEND_MAX)');
