@@ -151,7 +151,7 @@ export class Plugin {
         }
       });
     }
-    st?.flushed(entered, handled, polled, this.host.now());
+    st?.flushed(polled, this.host.now());
     this.tracer?.flush();
   }
 

@@ -127,18 +127,15 @@ export class StepStats {
   }
 
   /**
-   * The turn that picked the requests up ran JavaScript from `entered`, had handled them at
-   * `handled`, had read the completion rings at `polled` and handed its submissions to the I/O
-   * threads at `submitted`.
+   * The same turn (after started()) had read the completion rings at `polled` and handed its
+   * submissions to the I/O threads at `submitted`.
    */
-  flushed(entered: number, handled: number, polled: number, submitted: number): void {
+  flushed(polled: number, submitted: number): void {
     const t = this.turn;
     for (let k = 0; k < t.length; k += 2) {
       const s = this.slots.get(t[k]);
       const b = t[k + 1] * FIELDS;
       if (!s || !s[b + F_OP] || s[b + F_SUBMITTED]) continue;
-      s[b + F_ENTERED] = entered;
-      s[b + F_HANDLED] = handled;
       s[b + F_POLLED] = polled;
       s[b + F_SUBMITTED] = submitted;
     }

@@ -219,7 +219,7 @@ bool move(IoThread* t, Lane* l, int dir) {
       return false;
     }
     size_t got = static_cast<size_t>(r);
-    if (dir == kW && got && E->directIdleNs.load(std::memory_order_relaxed)) l->lastWriteNs = nowNs();
+    if (dir == kW && got) noteWrite(l);
     for (Op* op = l->head[dir]; got > 0; op = op->next) {
       if (op->discard) {
         size_t c = std::min(got, op->left);
@@ -714,6 +714,20 @@ void wakeThread(IoThread* t) {
   }
 }
 
+bool laneStreams(const Lane* l, uint64_t* now) {
+  uint64_t idle = E->directIdleNs.load(std::memory_order_relaxed);
+  *now = idle ? nowNs() : 0;
+  return idle && *now - l->lastWriteNs < idle;
+}
+
+void wroteAt(Lane* l, uint64_t now) {
+  if (now) l->lastWriteNs = now;
+}
+
+void noteWrite(Lane* l) {
+  if (E->directIdleNs.load(std::memory_order_relaxed)) l->lastWriteNs = nowNs();
+}
+
 // A protocol thread writes a small submission itself (ioWriteNow): one hand-over less per
 // message, and the bytes leave during its turn instead of after the I/O thread's next pass.
 // Only where the stream keeps its order without the I/O thread: the caller saw its ring to t
@@ -740,9 +754,8 @@ WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s) {
   if (l->closed || l->quiet || l->closing || l->err || l->fd < 0 || l->head[kW]) return WriteNow::kNone;
   // A lane that wrote a moment ago streams: its I/O thread gathers the frames into fewer sendmsg
   // calls, and this thread's turn stays short.
-  uint64_t idle = E->directIdleNs.load(std::memory_order_relaxed);
-  uint64_t now = idle ? nowNs() : 0;
-  if (idle && now - l->lastWriteNs < idle) return WriteNow::kNone;
+  uint64_t now;
+  if (laneStreams(l, &now)) return WriteNow::kNone;
   iovec v[2];
   int n = 0;
   if (s->inlineLen) v[n++] = {s->inl, s->inlineLen};
@@ -755,7 +768,7 @@ WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s) {
   while (r < 0 && errno == EINTR);
   // A full socket or an error: the I/O thread writes it, or meets the error and fails the lane.
   if (r <= 0) return WriteNow::kNone;
-  if (idle) l->lastWriteNs = now;
+  wroteAt(l, now);
   size_t k = static_cast<size_t>(r);
   if (k == total) return WriteNow::kAll;
   // The rest stays in the record, which the caller publishes next: first of the lane's writes.

@@ -207,6 +207,13 @@ WriteNow writeNow(int port, IoThread* t, tsn_sub_t* s);
 // The same for a libfabric lane's send or write with immediate data (engine_ofi.cc): an inject,
 // so never kPart. addr, len, raddr: s's, checked by writeNow.
 WriteNow ofiWriteNow(IoThread* t, Lane* l, tsn_sub_t* s, size_t addr, size_t len, size_t raddr);
+// The rule of TSNET_DIRECT_SEND_IDLE_US (E->directIdleNs), lane lock held. laneStreams: whether l
+// wrote too recently to be written on a protocol thread; *now is the time to stamp with
+// wroteAt if it then writes (0 without the rule). noteWrite: bytes left l now (the I/O thread's
+// write, or a libfabric send or write it posted).
+bool laneStreams(const Lane* l, uint64_t* now);
+void wroteAt(Lane* l, uint64_t now);
+void noteWrite(Lane* l);
 void postAdmin(IoThread* t, Admin* a);
 // What a protocol thread waiting on I/O threads checks: whether one of them has been inside one
 // provider call, without finishing a pass, since the wait began and for a stall's time.

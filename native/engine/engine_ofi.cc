@@ -165,7 +165,7 @@ bool ofiProgress(IoThread* t, Lane* l) {
     }
     l->ofiHead = op->next;
     if (!l->ofiHead) l->ofiTail = nullptr;
-    if (r == 0 && op->kind != TSN_SUB_OFI_RECV && E->directIdleNs.load(std::memory_order_relaxed)) l->lastWriteNs = nowNs();
+    if (r == 0 && op->kind != TSN_SUB_OFI_RECV) noteWrite(l);
     if (r == 0) continue;  // in flight: libfabric holds it until its completion
     noteError(l, l->ofi->lastError().text);
     if (!(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, r, 0);
@@ -287,9 +287,8 @@ WriteNow ofiWriteNow(IoThread* t, Lane* l, tsn_sub_t* s, size_t addr, size_t len
   std::unique_lock<std::mutex> g(l->mu, std::try_to_lock);
   if (!g.owns_lock()) return WriteNow::kNone;  // its I/O thread is at the endpoint
   if (l->closed || l->quiet || l->ofiHead) return WriteNow::kNone;
-  uint64_t idle = E->directIdleNs.load(std::memory_order_relaxed);  // as for a socket (writeNow)
-  uint64_t now = idle ? nowNs() : 0;
-  if (idle && now - l->lastWriteNs < idle) return WriteNow::kNone;
+  uint64_t now;
+  if (laneStreams(l, &now)) return WriteNow::kNone;  // as for a socket (writeNow)
   const OfiNic& nic = l->ofi->domain()->nic();
   if (total > nic.injectSize || total > kInjectMax) return WriteNow::kNone;
   if (g_cudaDevice.load(std::memory_order_acquire) >= 0 && !nic.noCudaApi) return WriteNow::kNone;
@@ -309,7 +308,7 @@ WriteNow ofiWriteNow(IoThread* t, Lane* l, tsn_sub_t* s, size_t addr, size_t len
   } else {
     r = l->ofi->injectWriteData(buf, len, data, s->aux, raddr, static_cast<uint64_t>(s->rkeyHi) << 32 | s->rkeyLo);
   }
-  if (r == 0 && idle) l->lastWriteNs = now;
+  if (r == 0) wroteAt(l, now);
   g.unlock();
   if (r != 0) return WriteNow::kNone;
   // A provider with manual progress may hold some of it until its endpoint is polled: the I/O

@@ -284,7 +284,7 @@ export class Port {
   submitFrame(t: number, lane: number, link: number, op: number, flags: number, addr: number, len: number,
     ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
     const r = this.subs[t];
-    if (len > this.writeNowMax || r.dirty || r.overflow.length !== 0 || !this.firstOfTurn(r, lane) || Atomics.load(r.hdr, RING.head / 4) !== r.tail) {
+    if (!this.mayWriteHere(r, lane, len, 1)) {
       this.submit(t, lane, link, op, SubKind.WRITE, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
       return;
     }
@@ -309,9 +309,7 @@ export class Port {
   submitOfiNow(t: number, lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number,
     peer: number, raddr: number, keyLo: number, keyHi: number, imm: number, immHi = 0): void {
     const r = this.subs[t];
-    const bytes = kind === SubKind.OFI_SEND ? len + keyLo : len;
-    if (bytes > this.writeNowMax || r.dirty || r.overflow.length !== 0 || this.turnCount(r, lane) >= OFI_DIRECT_PER_TURN ||
-      Atomics.load(r.hdr, RING.head / 4) !== r.tail) {
+    if (!this.mayWriteHere(r, lane, kind === SubKind.OFI_SEND ? len + keyLo : len, OFI_DIRECT_PER_TURN)) {
       this.submitOfi(t, lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
       return;
     }
@@ -338,17 +336,16 @@ export class Port {
     this.localCount = k + 1;
   }
 
-  /** Whether no frame of this lane was written here in this turn, and the ring has room to remember one. */
-  private firstOfTurn(r: SubRing, lane: number): boolean {
-    return this.turnCount(r, lane) === 0;
-  }
-
-  /** How many submissions of this lane went on this thread in this turn; DIRECT_LANES when no more can be remembered. */
-  private turnCount(r: SubRing, lane: number): number {
-    if (r.directCount === DIRECT_LANES) return DIRECT_LANES;
+  /**
+   * Whether this thread may send `bytes` on the lane itself: within writeNowMax, nothing of this
+   * thread waiting for the I/O thread (no record unpublished or untaken, no overflow), and fewer
+   * than perTurn of the lane's submissions sent here in this turn, with room to remember one more.
+   */
+  private mayWriteHere(r: SubRing, lane: number, bytes: number, perTurn: number): boolean {
+    if (bytes > this.writeNowMax || r.dirty || r.overflow.length !== 0 || r.directCount === DIRECT_LANES) return false;
     let n = 0;
     for (let i = 0; i < r.directCount; i++) if (r.directLanes[i] === lane) n++;
-    return n;
+    return n < perTurn && Atomics.load(r.hdr, RING.head / 4) === r.tail;
   }
 
   private growLocal(): number {

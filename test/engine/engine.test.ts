@@ -419,6 +419,18 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     await flushAll();
     await sleep(20);
   };
+  /** The peer of r receives frames 0, 1, ... (seq i, payloads of lens[i] bytes) whole and in order. */
+  const expectInOrder = async (r: { rxl: NativeLink }, lens: number[]) => {
+    let parsed = 0;
+    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
+    for (let i = 0; i < lens.length; i++) {
+      await until(() => ((r.rxl.rx.written() - parsed) >>> 0) >= FRAME_BYTES + lens[i], 5000, `frame ${i}`);
+      expect(readFrame(r.rxl.rx, parsed, f)).toBeUndefined();
+      expect(f.seq, 'in order').toBe(i);
+      parsed += FRAME_BYTES + lens[i];
+      r.rxl.rx.release(parsed);
+    }
+  };
 
   it('a frame on an idle lane leaves during the call, its completion comes from the next poll, the peer gets it whole; over the limit, or without a completion asked for, as it should', async () => {
     const r = await ringPair('tcp', 1 << 15);
@@ -474,14 +486,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     r2.tx.frame(FrameType.MSG, 1, 0, 0, 8, src.addr, 8, 0);
     expect(port.writtenHere - here, 'another lane\'s first').toBe(3);
     await until(() => r.sent.length === 6 && r2.sent.length === 1, 5000, 'every completion');
-    let parsed = 0;
-    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
-    for (let i = 0; i < 6; i++) {
-      await until(() => ((r.rxl.rx.written() - parsed) >>> 0) >= FRAME_BYTES + 8, 5000, `frame ${i}`);
-      expect(readFrame(r.rxl.rx, parsed, f)).toBeUndefined();
-      expect(f.seq, 'in order').toBe(i);
-      parsed += FRAME_BYTES + 8;
-    }
+    await expectInOrder(r, [8, 8, 8, 8, 8, 8]);
     expect(r.sent.slice().sort()).toEqual([0, 1, 2, 3, 4, 5]);
   });
 
@@ -518,16 +523,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     frame(r, 5);
     expect(port.writtenHere - here, 'no rule').toBe(4);
     await until(() => r.sent.length === 6 && r2.sent.length === 1, 5000, 'every completion');
-    let parsed = 0;
-    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
-    for (let i = 0; i < 6; i++) {
-      const len = i === 2 ? 8193 : 8;
-      await until(() => ((r.rxl.rx.written() - parsed) >>> 0) >= FRAME_BYTES + len, 5000, `frame ${i}`);
-      expect(readFrame(r.rxl.rx, parsed, f)).toBeUndefined();
-      expect(f.seq, 'in order').toBe(i);
-      parsed += FRAME_BYTES + len;
-      r.rxl.rx.release(parsed);
-    }
+    await expectInOrder(r, [8, 8, 8193, 8, 8, 8]);
     expect(() => A.ioSetDirectIdle!(-1)).toThrow(/ioSetDirectIdle\(us\) needs 0 \.\. 1e6/);
   });
 
@@ -540,14 +536,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     for (let i = 1; i <= 10; i++) r.tx.frame(FrameType.MSG, 1, i, i, 8, src.addr, 8, i);
     expect(port.writtenHere, 'none overtakes the first').toBe(here);
     await until(() => r.sent.length === 11, 5000, 'the 11 frames');
-    let parsed = 0;
-    const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
-    for (let i = 0; i <= 10; i++) {
-      await until(() => ((r.rxl.rx.written() - parsed) >>> 0) >= FRAME_BYTES + (i ? 8 : 20000), 5000, `frame ${i}`);
-      expect(readFrame(r.rxl.rx, parsed, f)).toBeUndefined();
-      expect(f.seq).toBe(i);
-      parsed += FRAME_BYTES + f.size;
-    }
+    await expectInOrder(r, [20000, ...Array<number>(10).fill(8)]);
   });
 
   it('tcp: a socket that fills in the middle of a frame: the rest goes through the I/O thread ahead of everything after it; every frame whole, in order, one completion each', async () => {

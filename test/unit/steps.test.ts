@@ -26,7 +26,8 @@ describe('StepStats', () => {
     const st = new StepStats(256);
     const trace = st.forComm(7);
     st.begin(7, 3, Op.SEND, 100, 101.5);
-    st.flushed(101.7, 102, 102.5, 103);
+    st.started(101.7, 102);
+    st.flushed(102.5, 103);
     trace.step(3, 'written', 105, 0);
     trace.step(3, 'acknowledged', 109, 1);
     st.end(7, 3, 110);
@@ -42,7 +43,7 @@ describe('StepStats', () => {
     st.started(101.7, 102);
     st.forComm(7).step(3, 'written here', 101.9, -1);
     st.end(7, 3, 102.6);
-    st.flushed(102.7, 102.8, 102.9, 103); // the turn's end: the ended request is left as it was
+    st.flushed(102.9, 103); // the turn's end: the ended request is left as it was
     expect(st.lines(0)).toEqual([
       'stats: steps of isend on protocol thread 0, 1 requests, median / p99 us: posted→picked up 1.50 / 1.50; ' +
         'picked up→in JS 0.20 / 0.20; in JS→written here 0.20 / 0.20; in JS→handled 0.30 / 0.30; written here→done 0.70 / 0.70; posted→done 2.60 / 2.60',
@@ -57,12 +58,14 @@ describe('StepStats', () => {
     st.end(1, 0, 21);
     // a receive that waited for its data
     st.begin(1, 1, Op.RECV, 30, 31);
-    st.flushed(31.2, 31.5, 31.7, 32);
+    st.started(31.2, 31.5);
+    st.flushed(31.7, 32);
     st.forComm(1).step(1, 'landed', 200, 0);
     st.end(1, 1, 203);
     // a flush with no I/O step
     st.begin(1, 2, Op.FLUSH, 300, 301);
-    st.flushed(301.5, 301.5, 301.5, 302);
+    st.started(301.5, 301.5);
+    st.flushed(301.5, 302);
     st.end(1, 2, 350);
     expect(st.lines(2)).toEqual([
       'stats: steps of irecv on protocol thread 2, 2 requests, median / p99 us: posted→picked up 1.00 / 10.0; ' +
