@@ -1136,9 +1136,14 @@ describe.skipIf(!!missing)('tcp: deregMr and close with requests in flight', () 
     const s = c.b.reg(c.send, 1 * MiB);
     const r = c.a.reg(c.recv, 1 * MiB);
     r.bytes.fill(0x33);
+    // The close comes before the send is posted. The sender pushes without waiting for the
+    // receiver (no round trip), and both plugins here poll one port, so the sender's own turn can
+    // match the message to the posted receive and start its reads: with the send posted before
+    // the close, the bytes could land before it, as they may (on an idle machine they did, every
+    // time). In this order every byte arrives after the close, and none may reach the memory.
     c.a.post({ op: Op.RECV, comm: c.recv, slot: 1, bufs: [[r.mr, 0, 1 * MiB, 0]] });
-    c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 1 * MiB, 0]] });
     expect(c.a.close(c.recv).map((d) => d.slot)).toEqual([1]);
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 1 * MiB, 0]] });
     await until(() => !!c.b.of(c.send, 1), 3000, 'the send to end');
     await idle(50);
     expect(c.a.done.map((d) => d.slot)).toEqual([1]);
