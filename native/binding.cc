@@ -44,6 +44,7 @@ struct Plugin {
   uint64_t spinNs = 0;
   uint64_t lastActivity = 0;
   uint64_t busyNs = 0;  // time spent in turns and control calls (TSNET_STATS)
+  uint64_t lastTurnNs = 0;  // uv_hrtime() of the last turn (wakeState)
 };
 thread_local Plugin* P = nullptr;
 thread_local int tIndex = -1;
@@ -97,6 +98,7 @@ uint32_t u32(Napi::Object o, const char* key) {
 // per full or final mailbox) and the plugin reads its completion rings. Called when woken,
 // while polling, and before each control call.
 void runTurn() {
+  P->lastTurnNs = uv_hrtime();
   Request* r = hostTakePosted(P->index);
   Napi::Env env(P->env);
   bool trace = g_trace.load(std::memory_order_relaxed);
@@ -242,6 +244,22 @@ Napi::Value Busy(const Napi::CallbackInfo& info) { return Napi::Number::New(info
 // wakes() -> how late this protocol thread took the wake-ups other threads sent it.
 Napi::Value Wakes(const Napi::CallbackInfo& info) { return wakeDelaysObject(info.Env(), P->waker.delays); }
 
+// wakeState() -> { work, pending, readable, spinning, sinceTurnMs }: whether requests or
+// completions wait for this thread, whether a wake-up is on its way (asked, or in the eventfd
+// that libuv watches), whether its busy-poll window is open, and how long ago its last turn
+// was. Called from a timer of this thread, so never between a wake-up's callback and its turn:
+// work that waits with no wake-up on its way and no turn for a while was never announced.
+Napi::Value WakeState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("work", hostHasWork(P->index) || enginePortHasWork(P->index));
+  o.Set("pending", P->waker.pending());
+  o.Set("readable", P->waker.readable());
+  o.Set("spinning", P->spinning.load(std::memory_order_seq_cst));
+  o.Set("sinceTurnMs", P->lastTurnNs ? static_cast<double>(uv_hrtime() - P->lastTurnNs) / 1e6 : -1);
+  return o;
+}
+
 // traceOpen(path): opens (truncates) the process's trace file once and turns on timestamps;
 // false when it cannot be opened. traceWrite(text): appends, atomically per call.
 Napi::Value TraceOpen(const Napi::CallbackInfo& info) {
@@ -312,6 +330,7 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("threadCpu", Napi::Function::New(e, ThreadCpu, "threadCpu"));
   o.Set("busy", Napi::Function::New(e, Busy, "busy"));
   o.Set("wakes", Napi::Function::New(e, Wakes, "wakes"));
+  o.Set("wakeState", Napi::Function::New(e, WakeState, "wakeState"));
   o.Set("traceOpen", Napi::Function::New(e, TraceOpen, "traceOpen"));
   o.Set("traceWrite", Napi::Function::New(e, TraceWrite, "traceWrite"));
   o.Set("timestamps", Napi::Function::New(e, Timestamps, "timestamps"));
@@ -337,6 +356,15 @@ void markActivity() {
 void pluginWake(int thread) {
   Plugin* p = g_plugins[thread];
   if (p && !p->spinning.load(std::memory_order_seq_cst)) p->waker.wake();
+}
+
+bool pluginWakeState(int thread, bool* spinning, bool* pending, bool* readable) {
+  Plugin* p = thread >= 0 && thread < kMaxProtocolThreads ? g_plugins[thread] : nullptr;
+  if (!p) return false;
+  *spinning = p->spinning.load(std::memory_order_seq_cst);
+  *pending = p->waker.pending();
+  *readable = p->waker.readable();
+  return true;
 }
 
 // --- control calls ---

@@ -43,6 +43,8 @@ tsn_result_t jsSetNetAttr(uint32_t ctxId, const tsn_net_attr_t* attr);
 void markActivity();
 // Wakes protocol thread `thread` unless it polls (its busy-poll window is open). Any thread.
 void pluginWake(int thread);
+// Protocol thread `thread`'s wake-up state, for a WARN (any thread); false when it has no plugin.
+bool pluginWakeState(int thread, bool* spinning, bool* pending, bool* readable);
 
 // TSNET_TRACE: timestamps are taken (any thread), in CLOCK_MONOTONIC microseconds.
 bool tracing();

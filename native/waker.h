@@ -3,6 +3,7 @@
 // the plugin thread dearly when senders get preempted (measured: 15% of its time). A Waker is
 // an eventfd watched by a uv_poll_t, with a flag so that a burst of wake() calls writes once.
 #pragma once
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <uv.h>
@@ -47,6 +48,14 @@ class Waker {
   }
 
   WakeDelays delays;  // how late the plugin thread took the wake-ups (TSNET_STATS)
+
+  // For a WARN about a link gone quiet (any thread): a wake-up asked and not yet taken, and
+  // whether the eventfd holds one (libuv then calls back at its loop's next turn).
+  bool pending() const { return pending_.load(std::memory_order_seq_cst); }
+  bool readable() const {
+    pollfd p{fd_, POLLIN, 0};
+    return fd_ >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+  }
 
  private:
   int fd_ = -1;

@@ -49,6 +49,7 @@ const plugin = new Plugin({
   ioCpu: () => Array.from(binding.ioStats()),
   ioWakes: () => binding.ioWakes(),
   wakes: () => binding.wakes(),
+  wakeState: () => binding.wakeState(),
   ioSetSpin: (us) => binding.ioSetSpin(us),
   traceOpen: (p) => binding.traceOpen(p),
   traceWrite: (t) => binding.traceWrite(t),

@@ -47,6 +47,8 @@ export interface Binding extends LaneBinding, OfiBinding {
   ioWakes(): WakeDelays[];
   /** How late the calling protocol thread took the wake-ups sent to it. */
   wakes(): WakeDelays;
+  /** Whether work waits for the calling protocol thread and a wake-up is on its way (binding.cc). */
+  wakeState(): { work: boolean; pending: boolean; readable: boolean; spinning: boolean; sinceTurnMs: number };
   /** Every I/O thread's busy-poll window from now on. */
   ioSetSpin(us: number): void;
 }

@@ -47,6 +47,11 @@ export interface PluginHost {
   ioWakes(): WakeDelays[];
   /** How late this protocol thread took the wake-ups sent to it. */
   wakes(): WakeDelays;
+  /**
+   * Whether requests or completions wait for this thread, whether a wake-up is on its way
+   * (asked, or readable in its eventfd), whether it busy-polls, and ms since its last turn.
+   */
+  wakeState?(): { work: boolean; pending: boolean; readable: boolean; spinning: boolean; sinceTurnMs: number };
   /** Every I/O thread's busy-poll window (TSNET_SPIN_MAX_US; thread 0 sets it). */
   ioSetSpin(us: number): void;
   /** TSNET_TRACE: the process's trace file. */
@@ -92,6 +97,8 @@ export class Plugin {
   private spinIo: SpinAdapter | undefined;
   /** A turn is scheduled because submissions wait for room in a full ring. */
   private again = false;
+  /** Times the watchdog found work no wake-up had announced (TSNET_STATS). */
+  private lostWakes = 0;
   private readonly ctxs = new Set<number>();
   private warmupAsked = false; // the first init's answer carries TSNET_WARMUP, later ones 0
   private readonly listeners = new Map<number, { ctx: number; dev: number; listener: Listener }>();
@@ -218,8 +225,27 @@ export class Plugin {
   // Heartbeats and dead-peer detection for every comm of this thread.
   private startWatchdog(timeoutMs: number): void {
     const every = Math.max(50, Math.min(1000, timeoutMs / 4));
+    let last = Date.now();
+    let lostWarned = 0;
     setInterval(() => {
       const now = Date.now();
+      const late = now - last - every;
+      last = now;
+      if (late >= timeoutMs / 2)
+        log.warn(`protocol thread ${this.host.thread}: its event loop was held for ${late} ms (the watchdog ran that late): requests and completions waited that long`);
+      // Work that waits with no wake-up on its way and no turn for a tick was never announced to
+      // this thread: it would wait for a turn that other work happens to cause.
+      const w = this.host.wakeState?.();
+      if (w && w.work && !w.pending && !w.readable && !w.spinning && w.sinceTurnMs >= every) {
+        this.lostWakes++;
+        if (now - lostWarned >= 10_000) {
+          lostWarned = now;
+          log.warn(`protocol thread ${this.host.thread}: work waited ${Math.round(w.sinceTurnMs)} ms with no wake-up on its way (${this.lostWakes} time(s) so far); the watchdog takes it`);
+        }
+      }
+      // Completions that wait are handed to their comms before any comm is judged quiet: a
+      // late or lost wake-up costs this tick's wait, never a comm.
+      this.turn(0);
       for (const c of this.comms.values()) c.endpoint.tick(now, timeoutMs);
       this.transport?.tick?.(now, timeoutMs);
       this.transport?.flush();
@@ -460,6 +486,7 @@ export class Plugin {
       if (this.config?.stats) {
         log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy(), this.host.sentHere?.()));
         log.info(wakeStatsLine(`protocol thread ${this.host.thread}`, [this.host.wakes()]));
+        if (this.lostWakes) log.info(`stats: protocol thread ${this.host.thread}: the watchdog found work no wake-up had announced ${this.lostWakes} time(s)`);
         for (const line of this.steps?.lines(this.host.thread) ?? []) log.info(line);
         if (this.host.thread === 0) {
           const io = this.host.ioCpu();

@@ -8,6 +8,8 @@
 #include <napi.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -270,6 +272,72 @@ Napi::Value IoTrace(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// ioLaneState(lane) -> what the engine knows of one of this thread's lanes, for a WARN when a
+// link goes quiet (the dead-peer check): its I/O thread (asleep, passes so far, inside which
+// provider call), the submissions published to that thread and not yet taken, the completions
+// it published and this thread has not taken, and under the lane's lock (given up after 50 ms:
+// `locked` false) its flags, queued writes and reads with their bytes left, the receive ring and
+// the socket's unread and unsent bytes. `listed` and `hup` belong to the I/O thread and are read
+// without its cooperation: a hint, not a fact.
+Napi::Value IoLaneState(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownLane(info, "ioLaneState");
+  if (!l) return env.Undefined();
+  IoThread* t = l->t;
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("lane", l->id);
+  o.Set("thread", t->index);
+  o.Set("asleep", __atomic_load_n(&E->sleeping[t->index], __ATOMIC_SEQ_CST) == 1);
+  o.Set("passes", t->passes.load(std::memory_order_relaxed));
+  o.Set("inCall", t->callLane.load(std::memory_order_acquire) != 0);
+  Port* port = E->ports[l->port].load(std::memory_order_acquire);
+  if (port) {
+    const tsn_ring_hdr_t* s = port->sub[t->index].hdr;
+    const tsn_ring_hdr_t* c = port->cq[t->index].hdr;
+    o.Set("subsWaiting", loadSeqCst(&s->tail) - loadSeqCst(&s->head));
+    o.Set("cqesWaiting", loadSeqCst(&c->tail) - loadSeqCst(&c->head));
+  }
+  bool spinning, pending, readable;
+  if (pluginWakeState(l->port, &spinning, &pending, &readable)) {
+    o.Set("ptSpinning", spinning);
+    o.Set("ptWakePending", pending);
+    o.Set("ptWakeReadable", readable);
+  }
+  o.Set("listed", __atomic_load_n(&l->listed, __ATOMIC_RELAXED));
+  o.Set("hup", __atomic_load_n(&l->hup, __ATOMIC_RELAXED));
+  std::unique_lock<std::mutex> g(l->mu, std::defer_lock);
+  for (int k = 0; k < 50 && !g.try_lock(); k++) usleep(1000);
+  o.Set("locked", g.owns_lock());
+  if (!g.owns_lock()) return o;
+  o.Set("closed", l->closed);
+  o.Set("closing", l->closing);
+  o.Set("err", l->err);
+  o.Set("eof", l->eof);
+  for (int dir : {kW, kR}) {
+    uint32_t n = 0;
+    double left = 0;
+    for (const Op* op = l->head[dir]; op; op = op->next) n++, left += static_cast<double>(op->left);
+    o.Set(dir == kW ? "writes" : "reads", n);
+    o.Set(dir == kW ? "writeBytes" : "readBytes", left);
+  }
+  if (l->rxHdr) {
+    o.Set("rxWritten", loadSeqCst(&l->rxHdr->written));
+    o.Set("rxConsumed", loadSeqCst(&l->rxHdr->consumed));
+    o.Set("rxCapacity", l->rxCap);
+    o.Set("rxStalled", l->rxStalled);
+  }
+  int in = -1, out = -1, unsent = -1;
+  if (l->fd >= 0 && !l->ofi) {
+    if (ioctl(l->fd, SIOCINQ, &in) < 0) in = -1;
+    if (ioctl(l->fd, SIOCOUTQ, &out) < 0) out = -1;
+    if (ioctl(l->fd, SIOCOUTQNSD, &unsent) < 0) unsent = -1;
+  }
+  o.Set("sockIn", in);
+  o.Set("sockOut", out);
+  o.Set("sockUnsent", unsent);
+  return o;
+}
+
 // ioStalls(thresholdMs) -> [{ thread, lane, ms, call }]: I/O threads that have been inside one
 // provider call (libfabric, or CUDA's context call) for thresholdMs or more without finishing a
 // pass, each reported once per call, to whichever protocol thread asks first. Such a call may
@@ -370,6 +438,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioWakes", Napi::Function::New(e, IoWakes, "ioWakes"));
   o.Set("ioSetSpin", Napi::Function::New(e, IoSetSpin, "ioSetSpin"));
   o.Set("ioStalls", Napi::Function::New(e, IoStalls, "ioStalls"));
+  o.Set("ioLaneState", Napi::Function::New(e, IoLaneState, "ioLaneState"));
   ofiRegister(env, exports);
 }
 

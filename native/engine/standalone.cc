@@ -25,6 +25,7 @@ static bool verbose = false;
 
 int bindingThreadIndex() { return tIndex; }
 void pluginWake(int) {}
+bool pluginWakeState(int, bool*, bool*, bool*) { return false; }
 
 void logMessage(int level, unsigned long, const char* msg) {
   if (level == kLogWarn || verbose) fprintf(stderr, "NET/tsnet %s %s\n", level == kLogWarn ? "WARN" : "INFO", msg);

@@ -11,6 +11,50 @@ export interface LaneBinding extends EngineBinding {
   ioAdopt(fd: number, thread: number, link: number, rxBytes: number): { lane: number; thread: number; rx?: ArrayBuffer };
   ioClose(lane: number, graceful: boolean): { partial: boolean; hard: boolean };
   ioCancel(lane: number, base: number, len: number): { reads: number; writes: number };
+  ioLaneState(lane: number): LaneState;
+}
+
+/** What the engine knows of a lane (ioLaneState, native/engine/engine_js.cc); for a WARN. */
+export interface LaneState {
+  lane: number;
+  thread: number;
+  asleep: boolean;
+  passes: number;
+  inCall: boolean;
+  subsWaiting?: number;
+  cqesWaiting?: number;
+  /** The protocol thread's wake-up: its busy-poll window open, a wake-up asked and not taken, its eventfd readable (absent without a plugin on it). */
+  ptSpinning?: boolean;
+  ptWakePending?: boolean;
+  ptWakeReadable?: boolean;
+  listed: boolean;
+  hup: boolean;
+  locked: boolean;
+  closed?: boolean;
+  closing?: boolean;
+  err?: number;
+  eof?: boolean;
+  writes?: number;
+  writeBytes?: number;
+  reads?: number;
+  readBytes?: number;
+  rxWritten?: number;
+  rxConsumed?: number;
+  rxCapacity?: number;
+  rxStalled?: boolean;
+  sockIn?: number;
+  sockOut?: number;
+  sockUnsent?: number;
+}
+
+/** One line per lane: where its bytes wait (queued in the engine, in the socket) and its I/O thread's state. */
+export function describeLane(name: string, s: LaneState): string {
+  const th = `I/O thread ${s.thread} ${s.asleep ? 'asleep' : 'awake'} after ${s.passes} passes${s.inCall ? ', inside a provider call' : ''}, ${s.subsWaiting ?? '?'} submission(s) not taken, ${s.cqesWaiting ?? '?'} completion(s) not polled`;
+  const pt = s.ptSpinning === undefined ? '' : `; protocol thread ${s.ptSpinning ? 'polling' : 'not polling'}, wake-up ${s.ptWakePending ? 'asked' : 'not asked'}${s.ptWakeReadable ? ' and waiting' : ''}`;
+  if (!s.locked) return `${name} lane ${s.lane}: its lock held for 50 ms; ${th}${pt}`;
+  const flags = [s.closed && 'closed', s.closing && 'closing', s.err && `error ${s.err}`, s.eof && 'peer ended', s.hup && 'hangup seen', s.listed && 'listed to run', s.rxStalled && 'receive ring full'].filter(Boolean);
+  const rx = s.rxCapacity ? `, receive ring ${((s.rxWritten ?? 0) - (s.rxConsumed ?? 0)) >>> 0} of ${s.rxCapacity} bytes unparsed` : '';
+  return `${name} lane ${s.lane}: ${s.writes} write(s) queued (${s.writeBytes} bytes left), ${s.reads} read(s) queued (${s.readBytes} bytes left)${rx}; socket ${s.sockIn} bytes unread, ${s.sockUnsent} unsent, ${s.sockOut} unacknowledged${flags.length ? `; ${flags.join(', ')}` : ''}; ${th}${pt}`;
 }
 
 interface LaneRef {
@@ -118,6 +162,18 @@ export class NativeLink implements StreamLink, CqeHandler {
   read(lane: number, addr: number, len: number, op: number): void {
     const l = this.data[lane];
     this.port.submit(l.thread, l.lane, this.id, op, addr === 0 ? SubKind.DISCARD : SubKind.READ, 0, addr, len);
+  }
+
+  /** The engine's view of each lane, one line each (for the WARN of a link gone quiet). */
+  describe(): string[] {
+    if (this.closed) return [];
+    return [this.ctl, ...this.data].map((l, i) => {
+      try {
+        return describeLane(i === 0 ? 'control' : `data ${i - 1}`, this.binding.ioLaneState(l.lane));
+      } catch (e) {
+        return `lane ${l.lane}: ${(e as Error).message}`;
+      }
+    });
   }
 
   cancel(base: number, len: number): { reads: number; writes: number } {

@@ -92,8 +92,12 @@ export abstract class Endpoint implements LinkEvents {
   tick(now: number, timeoutMs: number): void {
     if (this.failed) return;
     if (now - this.link.wrote >= timeoutMs / 4) this.link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, NO_OP);
-    if (this.pending > 0 && now - this.link.heard > timeoutMs)
+    if (this.pending > 0 && now - this.link.heard > timeoutMs) {
+      // Before failing: where the bytes wait, so that a peer that is alive but stuck can be told
+      // from one that is gone (the link's sockets, queues and I/O threads, one WARN per lane).
+      for (const line of this.link.describe?.() ?? []) log.warn(`${this.name}: ${line}`);
       this.fail(remoteError(`${this.name}: nothing heard from the peer for ${((now - this.link.heard) / 1000).toFixed(1)} s with ${this.pending} request(s) pending`));
+    }
   }
 
   /**

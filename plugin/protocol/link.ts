@@ -58,6 +58,8 @@ export interface StreamLink {
    * writes from there are counted: they cannot be taken back without breaking the stream.
    */
   cancel(base: number, len: number): { reads: number; writes: number };
+  /** Where each lane stands, one line each, for the WARN of a link gone quiet (where the transport can tell). */
+  describe?(): string[];
   /**
    * Ends the link. When it returns nothing submitted touches memory again and no event follows.
    * graceful: protocol-owned bytes already queued (a CLOSE frame) still go out first, unless a

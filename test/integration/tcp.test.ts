@@ -992,7 +992,41 @@ describe.skipIf(!!missing)('tcp: peers that go away', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(900);
     expect(c.a.of(c.recv, 9)!.result).toBe(ResultCode.REMOTE_ERROR);
     expect(c.b.of(c.send, 9)!.result).toBe(ResultCode.REMOTE_ERROR);
-    expect(warnings().join('\n')).toMatch(/nothing heard from the peer for \d/);
+    const w = warnings();
+    expect(w.join('\n')).toMatch(/nothing heard from the peer for \d/);
+    // Before failing, each comm said where its bytes wait, a line per lane: the sender's writes
+    // queued with bytes left, the receiver's reads queued, and the state of each I/O thread.
+    for (const comm of [c.send, c.recv]) {
+      const lines = w.filter((m) => new RegExp(`^comm ${comm}: (control|data \\d+) lane \\d+: `).test(m));
+      expect(lines.filter((m) => / control lane /.test(m))).toHaveLength(1);
+      expect(lines.length).toBeGreaterThan(1);
+      for (const m of lines) expect(m).toMatch(/; I\/O thread \d+ (asleep|awake) after \d+ passes, \d+ submission\(s\) not taken, \d+ completion\(s\) not polled$/);
+    }
+    expect(w.some((m) => new RegExp(`^comm ${c.send}: data \\d+ lane \\d+: [1-9]\\d* write\\(s\\) queued \\([1-9]\\d* bytes left\\)`).test(m))).toBe(true);
+    expect(w.some((m) => new RegExp(`^comm ${c.recv}: data \\d+ lane \\d+: 0 write\\(s\\) queued \\(0 bytes left\\), [1-9]\\d* read\\(s\\) queued \\([1-9]\\d* bytes left\\)`).test(m))).toBe(true);
+    expect(w.some((m) => new RegExp(`^comm ${c.recv}: control lane \\d+: .*, receive ring \\d+ of \\d+ bytes unparsed; socket \\d+ bytes unread`).test(m))).toBe(true);
+  });
+
+  it('completions that waited while the thread was held are taken before any comm is judged quiet', async () => {
+    const c = await connected({ TSNET_TIMEOUT_SEC: '1' });
+    const s = c.b.reg(c.send, 1 * MiB);
+    const r = c.a.reg(c.recv, 1 * MiB);
+    s.bytes.fill(7);
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 1, bufs: [[r.mr, 0, 1 * MiB, 0]] });
+    c.b.post({ op: Op.SEND, comm: c.send, slot: 1, bufs: [[s.mr, 0, 1 * MiB, 0]] });
+    // Held past the timeout: the I/O threads move what they can and their completions wait;
+    // then the watchdogs tick before anything else turns the plugins.
+    const end = Date.now() + 1600;
+    while (Date.now() < end) {
+      // busy: no timer, no turn
+    }
+    await new Promise((res) => setTimeout(res, 300));
+    expect(warnings().filter((m) => /nothing heard/.test(m))).toEqual([]);
+    expect(warnings()).toContainEqual(expect.stringMatching(/^protocol thread 0: its event loop was held for \d+ ms \(the watchdog ran that late\)/));
+    await until(() => !!c.a.of(c.recv, 1) && !!c.b.of(c.send, 1), 3000, 'the transfer');
+    expect(c.a.of(c.recv, 1)).toMatchObject({ result: 0, sizes: [1 * MiB] });
+    expect(c.b.of(c.send, 1)).toMatchObject({ result: 0 });
+    expect(allBytes(r.bytes, 7)).toBe(true);
   });
 
   it('an idle peer\'s heartbeats keep a pending receive alive well past TSNET_TIMEOUT_SEC', async () => {

@@ -40,6 +40,8 @@ class FakeHost implements PluginHost {
   readonly traceWrites: string[] = [];
   traceOk = true;
   timestamped = 0;
+  /** What wakeState() answers (undefined: the method answers as the native one would with nothing waiting). */
+  wake: ReturnType<NonNullable<PluginHost['wakeState']>> | undefined;
   cpu = 0;
   busyUs = 0;
   clock = 5_000_000;
@@ -92,6 +94,9 @@ class FakeHost implements PluginHost {
   }
   timestamps(): void {
     this.timestamped++;
+  }
+  wakeState() {
+    return this.wake ?? { work: false, pending: false, readable: false, spinning: false, sinceTurnMs: 0 };
   }
   /** The trace file as the native traceWrite leaves it ("[\n", writes joined by ",\n"), closed with "]". */
   traceJson(): TraceEvent[] {
@@ -783,6 +788,42 @@ describe('Plugin deregMr, close and finalize with requests in flight', () => {
     expect(t.call('connect', { ctx: b, dev: 0, handle: lb.handle }).comm).toBeGreaterThan(0);
     expect(t.call('accept', { listen: lb.listen }).comm).toBeGreaterThan(0);
     expect(t.call('finalize', { ctx: b })).toEqual({});
+  });
+});
+
+describe('the watchdog', () => {
+  // TSNET_TIMEOUT_SEC=1: a tick every 250 ms.
+  const QUICK = { ...LOOP, TSNET_TIMEOUT_SEC: '1', TSNET_STATS: '1' };
+  const waiting = { work: true, pending: false, readable: false, spinning: false, sinceTurnMs: 400 };
+
+  it('takes work that waits with no wake-up on its way: a WARN (one per 10 s), a turn, a count at finalize', async () => {
+    const t = setup(QUICK);
+    const ctx = t.init();
+    let polls = 0;
+    const tr = t.host.transports[0];
+    const poll = tr.poll.bind(tr);
+    tr.poll = () => (polls++, poll());
+    t.host.wake = waiting;
+    await new Promise((r) => setTimeout(r, 700));
+    const lost = warnings().filter((m) => /no wake-up on its way/.test(m));
+    expect(lost).toEqual(['protocol thread 0: work waited 400 ms with no wake-up on its way (1 time(s) so far); the watchdog takes it']);
+    expect(polls).toBeGreaterThanOrEqual(2);
+    t.host.wake = undefined; // this plugin's watchdog ticks on after the test
+    expect(t.call('finalize', { ctx })).toEqual({});
+    expect(infos()).toContainEqual(expect.stringMatching(/^stats: protocol thread 0: the watchdog found work no wake-up had announced [2-9] time\(s\)$/));
+  });
+
+  it('says nothing where a wake-up is on its way, the thread polls, nothing waits, or a turn ran within the tick', async () => {
+    const t = setup(QUICK);
+    const ctx = t.init();
+    for (const w of [{ pending: true }, { readable: true }, { spinning: true }, { work: false }, { sinceTurnMs: 100 }]) {
+      t.host.wake = { ...waiting, ...w };
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    t.host.wake = undefined;
+    expect(warnings()).toEqual([]);
+    expect(t.call('finalize', { ctx })).toEqual({});
+    expect(infos().filter((m) => /no wake-up had announced/.test(m))).toEqual([]);
   });
 });
 
