@@ -244,6 +244,13 @@ Napi::Value Busy(const Napi::CallbackInfo& info) { return Napi::Number::New(info
 // wakes() -> how late this protocol thread took the wake-ups other threads sent it.
 Napi::Value Wakes(const Napi::CallbackInfo& info) { return wakeDelaysObject(info.Env(), P->waker.delays); }
 
+// wakeSelf(): a wake-up of this thread, as another thread sends it: a full turn (posted
+// requests and completions) once libuv reads the eventfd, right after the current callback.
+Napi::Value WakeSelf(const Napi::CallbackInfo& info) {
+  P->waker.wake();
+  return info.Env().Undefined();
+}
+
 // wakeState() -> { work, pending, readable, spinning, sinceTurnMs }: whether requests or
 // completions wait for this thread, whether a wake-up is on its way (asked, or in the eventfd
 // that libuv watches), whether its busy-poll window is open, and how long ago its last turn
@@ -331,6 +338,7 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("busy", Napi::Function::New(e, Busy, "busy"));
   o.Set("wakes", Napi::Function::New(e, Wakes, "wakes"));
   o.Set("wakeState", Napi::Function::New(e, WakeState, "wakeState"));
+  o.Set("wakeSelf", Napi::Function::New(e, WakeSelf, "wakeSelf"));
   o.Set("traceOpen", Napi::Function::New(e, TraceOpen, "traceOpen"));
   o.Set("traceWrite", Napi::Function::New(e, TraceWrite, "traceWrite"));
   o.Set("timestamps", Napi::Function::New(e, Timestamps, "timestamps"));

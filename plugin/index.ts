@@ -50,6 +50,7 @@ const plugin = new Plugin({
   ioWakes: () => binding.ioWakes(),
   wakes: () => binding.wakes(),
   wakeState: () => binding.wakeState(),
+  wakeSelf: () => binding.wakeSelf(),
   ioSetSpin: (us) => binding.ioSetSpin(us),
   traceOpen: (p) => binding.traceOpen(p),
   traceWrite: (t) => binding.traceWrite(t),

@@ -49,6 +49,8 @@ export interface Binding extends LaneBinding, OfiBinding {
   wakes(): WakeDelays;
   /** Whether work waits for the calling protocol thread and a wake-up is on its way (binding.cc). */
   wakeState(): { work: boolean; pending: boolean; readable: boolean; spinning: boolean; sinceTurnMs: number };
+  /** Sends the calling protocol thread a wake-up: a full turn right after the current callback. */
+  wakeSelf(): void;
   /** Every I/O thread's busy-poll window from now on. */
   ioSetSpin(us: number): void;
 }

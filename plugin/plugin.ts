@@ -52,6 +52,8 @@ export interface PluginHost {
    * (asked, or readable in its eventfd), whether it busy-polls, and ms since its last turn.
    */
   wakeState?(): { work: boolean; pending: boolean; readable: boolean; spinning: boolean; sinceTurnMs: number };
+  /** Sends this thread the wake-up another thread would: a full turn (posted requests too) soon after. */
+  wakeSelf?(): void;
   /** Every I/O thread's busy-poll window (TSNET_SPIN_MAX_US; thread 0 sets it). */
   ioSetSpin(us: number): void;
   /** TSNET_TRACE: the process's trace file. */
@@ -238,9 +240,10 @@ export class Plugin {
       const w = this.host.wakeState?.();
       if (w && w.work && !w.pending && !w.readable && !w.spinning && w.sinceTurnMs >= every) {
         this.lostWakes++;
+        this.host.wakeSelf?.(); // posted requests too: this tick's turn below takes completions only
         if (now - lostWarned >= 10_000) {
           lostWarned = now;
-          log.warn(`protocol thread ${this.host.thread}: work waited ${Math.round(w.sinceTurnMs)} ms with no wake-up on its way (${this.lostWakes} time(s) so far); the watchdog takes it`);
+          log.warn(`protocol thread ${this.host.thread}: work waited ${Math.round(w.sinceTurnMs)} ms with no wake-up on its way (${this.lostWakes} time(s) so far); the watchdog wakes the thread`);
         }
       }
       // Completions that wait are handed to their comms before any comm is judged quiet: a

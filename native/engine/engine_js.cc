@@ -272,6 +272,21 @@ Napi::Value IoTrace(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// The count an eventfd holds (wake-ups written and not yet read), from /proc without reading
+// it; -1 where /proc cannot tell.
+double eventfdCount(int fd) {
+  char path[64], buf[256];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+  int f = open(path, O_RDONLY | O_CLOEXEC);
+  if (f < 0) return -1;
+  ssize_t n = read(f, buf, sizeof buf - 1);
+  close(f);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* c = strstr(buf, "eventfd-count:");
+  return c ? strtod(c + 14, nullptr) : -1;
+}
+
 // ioLaneState(lane) -> what the engine knows of one of this thread's lanes, for a WARN when a
 // link goes quiet (the dead-peer check): its I/O thread (asleep, passes so far, inside which
 // provider call), the submissions published to that thread and not yet taken, the completions
@@ -287,7 +302,8 @@ Napi::Value IoLaneState(const Napi::CallbackInfo& info) {
   Napi::Object o = Napi::Object::New(env);
   o.Set("lane", l->id);
   o.Set("thread", t->index);
-  o.Set("asleep", __atomic_load_n(&E->sleeping[t->index], __ATOMIC_SEQ_CST) == 1);
+  o.Set("sleepFlag", __atomic_load_n(&E->sleeping[t->index], __ATOMIC_SEQ_CST));
+  o.Set("wakeCount", eventfdCount(t->ev));
   o.Set("passes", t->passes.load(std::memory_order_relaxed));
   o.Set("inCall", t->callLane.load(std::memory_order_acquire) != 0);
   Port* port = E->ports[l->port].load(std::memory_order_acquire);

@@ -18,7 +18,10 @@ export interface LaneBinding extends EngineBinding {
 export interface LaneState {
   lane: number;
   thread: number;
-  asleep: boolean;
+  /** The I/O thread's sleeping flag: 1 asleep and to be woken, 0 awake (anything else: corrupt). */
+  sleepFlag: number;
+  /** Wake-ups written to its eventfd and not yet read (-1: unknown). */
+  wakeCount: number;
   passes: number;
   inCall: boolean;
   subsWaiting?: number;
@@ -49,7 +52,7 @@ export interface LaneState {
 
 /** One line per lane: where its bytes wait (queued in the engine, in the socket) and its I/O thread's state. */
 export function describeLane(name: string, s: LaneState): string {
-  const th = `I/O thread ${s.thread} ${s.asleep ? 'asleep' : 'awake'} after ${s.passes} passes${s.inCall ? ', inside a provider call' : ''}, ${s.subsWaiting ?? '?'} submission(s) not taken, ${s.cqesWaiting ?? '?'} completion(s) not polled`;
+  const th = `I/O thread ${s.thread} ${s.sleepFlag === 1 ? 'asleep' : s.sleepFlag === 0 ? 'awake' : `with sleeping flag ${s.sleepFlag}`} after ${s.passes} passes${s.wakeCount > 0 ? ` (${s.wakeCount} wake-up(s) unread)` : ''}${s.inCall ? ', inside a provider call' : ''}, ${s.subsWaiting ?? '?'} submission(s) not taken, ${s.cqesWaiting ?? '?'} completion(s) not polled`;
   const pt = s.ptSpinning === undefined ? '' : `; protocol thread ${s.ptSpinning ? 'polling' : 'not polling'}, wake-up ${s.ptWakePending ? 'asked' : 'not asked'}${s.ptWakeReadable ? ' and waiting' : ''}`;
   if (!s.locked) return `${name} lane ${s.lane}: its lock held for 50 ms; ${th}${pt}`;
   const flags = [s.closed && 'closed', s.closing && 'closing', s.err && `error ${s.err}`, s.eof && 'peer ended', s.hup && 'hangup seen', s.listed && 'listed to run', s.rxStalled && 'receive ring full'].filter(Boolean);

@@ -45,6 +45,9 @@ class FakeEngine implements LaneBinding {
   ioCancel() {
     return { reads: 0, writes: 0 };
   }
+  ioLaneState(lane: number) {
+    return { lane, thread: 0, sleepFlag: 0, wakeCount: 0, passes: 0, inCall: false, listed: false, hup: false, locked: false };
+  }
 
   /** The I/O thread's completion: op of link with status and value. */
   complete(link: number, op: number, status = 0, value = 0): void {

@@ -98,6 +98,10 @@ class FakeHost implements PluginHost {
   wakeState() {
     return this.wake ?? { work: false, pending: false, readable: false, spinning: false, sinceTurnMs: 0 };
   }
+  selfWakes = 0;
+  wakeSelf(): void {
+    this.selfWakes++;
+  }
   /** The trace file as the native traceWrite leaves it ("[\n", writes joined by ",\n"), closed with "]". */
   traceJson(): TraceEvent[] {
     return JSON.parse(`[\n${this.traceWrites.join(',\n')}]`);
@@ -796,7 +800,7 @@ describe('the watchdog', () => {
   const QUICK = { ...LOOP, TSNET_TIMEOUT_SEC: '1', TSNET_STATS: '1' };
   const waiting = { work: true, pending: false, readable: false, spinning: false, sinceTurnMs: 400 };
 
-  it('takes work that waits with no wake-up on its way: a WARN (one per 10 s), a turn, a count at finalize', async () => {
+  it('wakes its thread when work waits with no wake-up on its way: a WARN (one per 10 s), a turn, a wake-up, a count at finalize', async () => {
     const t = setup(QUICK);
     const ctx = t.init();
     let polls = 0;
@@ -806,8 +810,9 @@ describe('the watchdog', () => {
     t.host.wake = waiting;
     await new Promise((r) => setTimeout(r, 700));
     const lost = warnings().filter((m) => /no wake-up on its way/.test(m));
-    expect(lost).toEqual(['protocol thread 0: work waited 400 ms with no wake-up on its way (1 time(s) so far); the watchdog takes it']);
+    expect(lost).toEqual(['protocol thread 0: work waited 400 ms with no wake-up on its way (1 time(s) so far); the watchdog wakes the thread']);
     expect(polls).toBeGreaterThanOrEqual(2);
+    expect(t.host.selfWakes).toBeGreaterThanOrEqual(2); // for posted requests: a full turn
     t.host.wake = undefined; // this plugin's watchdog ticks on after the test
     expect(t.call('finalize', { ctx })).toEqual({});
     expect(infos()).toContainEqual(expect.stringMatching(/^stats: protocol thread 0: the watchdog found work no wake-up had announced [2-9] time\(s\)$/));
@@ -822,6 +827,7 @@ describe('the watchdog', () => {
     }
     t.host.wake = undefined;
     expect(warnings()).toEqual([]);
+    expect(t.host.selfWakes).toBe(0);
     expect(t.call('finalize', { ctx })).toEqual({});
     expect(infos().filter((m) => /no wake-up had announced/.test(m))).toEqual([]);
   });
