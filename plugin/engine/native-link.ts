@@ -140,7 +140,12 @@ export class NativeLink implements StreamLink, CqeHandler {
   }
 
   onOp(op: number, status: number, _value: number, time: number, io: number): void {
-    this.heard = this.port.now;
+    // io -1: a frame this thread wrote itself (Port.submitFrame). That is no word from the peer,
+    // and port.now is the time of the last poll that found completions in a ring, which may be
+    // long past: taking it moved heard back, and a request pending at the next tick failed as
+    // if the peer had been silent since (a first comm made more than the timeout after the
+    // port's last completion, as in the C driver's `stranger`).
+    if (io >= 0) this.heard = this.port.now;
     this.events?.onOp(op, status, time, io);
   }
 

@@ -48,6 +48,11 @@ class FakeEngine implements LaneBinding {
   ioLaneState(lane: number) {
     return { lane, thread: 0, sleepFlag: 0, wakeCount: 0, passes: 0, inCall: false, listed: false, hup: false, locked: false };
   }
+  /** Frames written here: every one goes whole (a completion time of 0), when set. */
+  writeNowAll = false;
+  ioWriteNow(): number {
+    return this.writeNowAll ? 0 : -1;
+  }
 
   /** The I/O thread's completion: op of link with status and value. */
   complete(link: number, op: number, status = 0, value = 0): void {
@@ -107,6 +112,30 @@ describe('NativeLink liveness clock', () => {
       link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, -1);
       expect(link.wrote).toBe(t0 + at);
     }
+  });
+
+  it('a frame this thread wrote itself is no word from the peer: heard stays, even when the port last polled long ago', () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const t0 = Date.now();
+    const engine = new FakeEngine();
+    const port = new Port(engine);
+    port.writeNowMax = 8192;
+    engine.writeNowAll = true;
+    port.poll();
+    vi.setSystemTime(t0 + 11_000); // nothing came for longer than the timeout (the C driver's stranger: 10 s)
+    const link = new NativeLink(port, engine, [10, 11], policyOf({ lanes: 1 }), 'test', 1 << 16);
+    const ops: number[] = [];
+    link.attach({ onOp: (op) => ops.push(op), onRx: () => {} });
+    vi.setSystemTime(t0 + 11_500);
+    link.frame(FrameType.MSG, 0, 0, 0, 1, 0x1000, 1, 5); // a small message, written during the turn
+    port.poll(); // its completion, from this thread
+    expect(ops).toEqual([5]);
+    expect(link.heard).toBe(t0 + 11_000); // its birth, not the port's last poll (t0)
+    // The peer's word (a completion from the I/O thread) still counts.
+    vi.setSystemTime(t0 + 12_000);
+    engine.complete(FIRST_LINK, 7);
+    port.poll();
+    expect(link.heard).toBe(t0 + 12_000);
   });
 
   it('a receiver whose peer keeps sending heartbeats stays up with a receive pending for longer than the timeout', () => {
