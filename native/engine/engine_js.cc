@@ -284,15 +284,16 @@ double eventfdCount(int fd) {
   if (n <= 0) return -1;
   buf[n] = 0;
   const char* c = strstr(buf, "eventfd-count:");
-  return c ? strtod(c + 14, nullptr) : -1;
+  return c ? static_cast<double>(strtoull(c + 14, nullptr, 16)) : -1;  // the kernel prints it in hex
 }
 
 // ioLaneState(lane) -> what the engine knows of one of this thread's lanes, for a WARN when a
-// link goes quiet (the dead-peer check): its I/O thread (asleep, passes so far, inside which
-// provider call), the submissions published to that thread and not yet taken, the completions
-// it published and this thread has not taken, and under the lane's lock (given up after 50 ms:
-// `locked` false) its flags, queued writes and reads with their bytes left, the receive ring and
-// the socket's unread and unsent bytes. `listed` and `hup` belong to the I/O thread and are read
+// link goes quiet (the dead-peer check): its I/O thread (its sleeping flag, wake-ups written to
+// its eventfd and not yet read, passes so far, whether it is inside a provider call), the
+// protocol thread's wake-up state, the submissions published to that I/O thread and not yet
+// taken, the completions it published and this thread has not taken, and under the lane's
+// lock (given up after 50 ms: `locked` false) its flags, queued writes and reads with their
+// bytes left, the receive ring and the socket's unread and unsent bytes. `listed` and `hup` belong to the I/O thread and are read
 // without its cooperation: a hint, not a fact.
 Napi::Value IoLaneState(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
