@@ -259,10 +259,12 @@ Napi::Value WakeSelf(const Napi::CallbackInfo& info) {
 Napi::Value WakeState(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object o = Napi::Object::New(env);
+  bool spinning = false, pending = false, readable = false;
+  pluginWakeState(P->index, &spinning, &pending, &readable);
   o.Set("work", hostHasWork(P->index) || enginePortHasWork(P->index));
-  o.Set("pending", P->waker.pending());
-  o.Set("readable", P->waker.readable());
-  o.Set("spinning", P->spinning.load(std::memory_order_seq_cst));
+  o.Set("pending", pending);
+  o.Set("readable", readable);
+  o.Set("spinning", spinning);
   o.Set("sinceTurnMs", P->lastTurnNs ? static_cast<double>(uv_hrtime() - P->lastTurnNs) / 1e6 : -1);
   return o;
 }
