@@ -31,6 +31,8 @@ export interface Binding extends LaneBinding, OfiBinding {
   setSpin(us: number): void;
   /** CLOCK_MONOTONIC in µs. */
   now(): number;
+  /** Whole ms on CLOCK_MONOTONIC since the binding was loaded (plugin/clock.ts). */
+  monoMs(): number;
   /** CPU µs of the calling thread. */
   threadCpu(): number;
   /** µs the calling protocol thread spent in turns and control calls (not polling, not asleep). */

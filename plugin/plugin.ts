@@ -17,6 +17,7 @@ import { SpinAdapter } from './spin';
 import { StepStats, bothTraces } from './steps';
 import { Tracer } from './trace';
 import type { CommBase, Connector, Listener, RecvComm, SendComm, Transport } from './transports/transport';
+import { monoMs } from './clock';
 
 /** What the plugin needs from its thread's host (the binding, or fakes in tests). */
 export interface PluginHost {
@@ -108,7 +109,7 @@ export class Plugin {
   private readonly comms = new Map<number, Comm>();
   private readonly regions = new Regions();
   private readonly args = newRecvArgs();
-  private readonly threadStats: ThreadStats = { requests: 0, cpuStart: 0, busyStart: 0, started: Date.now() };
+  private readonly threadStats: ThreadStats = { requests: 0, cpuStart: 0, busyStart: 0, started: monoMs() };
 
   constructor(
     private readonly host: PluginHost,
@@ -227,10 +228,10 @@ export class Plugin {
   // Heartbeats and dead-peer detection for every comm of this thread.
   private startWatchdog(timeoutMs: number): void {
     const every = Math.max(50, Math.min(1000, timeoutMs / 4));
-    let last = Date.now();
-    let lostWarned = 0;
+    let last = monoMs();
+    let lostWarned = -Infinity;
     setInterval(() => {
-      const now = Date.now();
+      const now = monoMs();
       const late = now - last - every;
       last = now;
       if (late >= timeoutMs / 2)
@@ -329,7 +330,7 @@ export class Plugin {
 
   private newComm(ctx: number, dev: number, endpoint: SendComm | RecvComm, send: boolean): number {
     const id = this.id();
-    this.comms.set(id, { id, ctx, dev, endpoint, send: send ? (endpoint as SendComm) : undefined, recv: send ? undefined : (endpoint as RecvComm), status: undefined, opened: Date.now() });
+    this.comms.set(id, { id, ctx, dev, endpoint, send: send ? (endpoint as SendComm) : undefined, recv: send ? undefined : (endpoint as RecvComm), status: undefined, opened: monoMs() });
     return id;
   }
 
@@ -349,7 +350,7 @@ export class Plugin {
     comm.endpoint.close();
     this.comms.delete(comm.id);
     this.steps?.forget(comm.id);
-    if (this.config?.stats) log.info(commStatsLine(comm.id, comm.send ? 'send' : 'receive', comm.endpoint.stats, Date.now() - comm.opened));
+    if (this.config?.stats) log.info(commStatsLine(comm.id, comm.send ? 'send' : 'receive', comm.endpoint.stats, monoMs() - comm.opened));
   }
 
   private readonly ops: Record<string, (a: Args) => Answer> = {

@@ -1,6 +1,7 @@
 // TSNET_STATS=1: what each comm and each protocol thread did, logged at INFO when a comm
 // closes and when a context is finalized. Costs nothing when off (counters only).
 import type { CommStats } from './protocol/endpoint';
+import { monoMs } from './clock';
 
 export interface ThreadStats {
   /** Requests NCCL posted to this thread. */
@@ -29,7 +30,7 @@ export function threadStatsLine(thread: number, s: ThreadStats, cpuNow: number, 
   // Since the thread's first engine use, warm-up included (TSNET_DIRECT_SEND_MAX).
   const here = sent ? `; sent by this thread itself ${sent.here} (in part ${sent.part})` : '';
   return (
-    `stats: protocol thread ${thread}: ${s.requests} requests in ${((Date.now() - s.started) / 1000).toFixed(2)} s; ` +
+    `stats: protocol thread ${thread}: ${s.requests} requests in ${((monoMs() - s.started) / 1000).toFixed(2)} s; ` +
     `CPU ${(cpu / 1e6).toFixed(3)} s (${per(cpu)} us per request), busy ${(busy / 1e6).toFixed(3)} s (${per(busy)} us per request)${here}`
   );
 }

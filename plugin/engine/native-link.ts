@@ -5,6 +5,7 @@ import type { LinkEvents, RxRing, StreamLink } from '../protocol/link';
 import type { SchedulePolicy } from '../protocol/policies';
 import type { CqeHandler, EngineBinding, Port } from './port';
 import { RX, STATUS_OK, SUB_F_NOCQE, SubKind } from './records';
+import { monoMs } from '../clock';
 
 /** The binding's lane functions (native/engine/engine_js.cc). */
 export interface LaneBinding extends EngineBinding {
@@ -117,7 +118,7 @@ export class NativeLink implements StreamLink, CqeHandler {
     rxBytes: number,
   ) {
     this.id = port.addLink(this);
-    this.heard = this.wrote = Date.now(); // port.now is the last turn's: a control call may come long after
+    this.heard = this.wrote = monoMs(); // port.now is the last turn's: a control call may come long after
     const adopted: LaneRef[] = [];
     try {
       const c = binding.ioAdopt(fds[0], -1, this.id, rxBytes);

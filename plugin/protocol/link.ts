@@ -42,7 +42,7 @@ export interface StreamLink {
   readonly policy: SchedulePolicy;
   /** For logs: what this link connects. */
   readonly description: string;
-  /** When the peer was last heard from, and this side last wrote (Date.now() ms). */
+  /** When the peer was last heard from, and this side last wrote (ms, plugin/clock.ts). */
   readonly heard: number;
   readonly wrote: number;
   /** Where events go; what happened before attach is delivered at attach. */

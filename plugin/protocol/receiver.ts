@@ -55,7 +55,7 @@ interface Msg {
   rxUs: number; // tracing: when its frame reached the receive ring, and the I/O thread that put it there
   rxIo: number;
   frameAt: number; // eager: ring position of the frame (held until copied)
-  arrived: number; // Date.now() of its header
+  arrived: number; // when its header came (the link's heard: plugin/clock.ts)
   recv: RecvOp | null;
   recvGen: number;
   dest: number; // address of its bytes, 0: dropped
@@ -205,7 +205,7 @@ export class Receiver extends Endpoint {
     m.eager = (f.flags & FLAG_EAGER) !== 0;
     m.at = at;
     m.frameAt = (at - 24) >>> 0;
-    m.arrived = Date.now();
+    m.arrived = this.link.heard;
     m.rxUs = this.rxTime;
     m.rxIo = this.rxIo;
     m.stripes = 0;

@@ -4,6 +4,7 @@
 // ring with flow control, silence after close.
 import type { LinkEvents, RxRing, StreamLink } from '../protocol/link';
 import type { SchedulePolicy } from '../protocol/policies';
+import { monoMs } from '../clock';
 
 /** Resolves an address range to bytes (registered regions). */
 export interface Memory {
@@ -90,7 +91,7 @@ class End implements StreamLink {
     this.rx.onRelease = () => this.peer.moveFrames();
     this.writes = Array.from({ length: lanes }, () => []);
     this.reads = Array.from({ length: lanes }, () => []);
-    this.heard = this.wrote = Date.now();
+    this.heard = this.wrote = monoMs();
   }
 
   attach(events: LinkEvents): void {
@@ -111,14 +112,14 @@ class End implements StreamLink {
     dv.setFloat64(8, seq, true);
     dv.setFloat64(16, size, true);
     this.frames.push({ header, addr, len, op });
-    this.wrote = Date.now();
+    this.wrote = monoMs();
     this.moveFrames();
   }
 
   write(lane: number, addr: number, len: number, op: number): void {
     if (this.closed) return;
     this.writes[lane].push({ addr, len, at: 0, op });
-    this.wrote = Date.now();
+    this.wrote = monoMs();
     this.moveData(lane);
   }
 
@@ -160,13 +161,13 @@ class End implements StreamLink {
   }
 
   private onRx(status: number): void {
-    this.heard = Date.now();
+    this.heard = monoMs();
     if (this.events) this.events.onRx(status);
     else if (this.early === undefined || status !== 0) this.early = status;
   }
 
   private onOp(op: number): void {
-    this.heard = Date.now();
+    this.heard = monoMs();
     this.events?.onOp(op, 0, 0, 0);
   }
 

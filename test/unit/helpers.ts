@@ -1,6 +1,7 @@
 // Shared helpers of the unit suites: settling the event loop, capturing the plugin's log, byte
 // patterns, registered memory with guard bytes, and a Sender/Receiver pair over an in-memory
 // link (plugin/transports/memory-link.ts) whose calls are recorded.
+import { setClock } from '../../plugin/clock';
 import { RING } from '../../plugin/engine/records';
 import { type Region, Regions } from '../../plugin/memory';
 import { type LinkEvents, type RxRing, SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../plugin/protocol/link';
@@ -17,6 +18,16 @@ export { type LogLine, captureLog } from '../support/log-capture';
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** An engine ring (records.h tsn_ring_hdr) of `records` records in a plain ArrayBuffer, for fake engine bindings. */
+/**
+ * A clock the test moves (plugin/clock.ts), from a start far from 0; put the real one back with
+ * setClock(undefined) (afterEach).
+ */
+export function testClock(t0 = 1_000_000): { now(): number; set(ms: number): void } {
+  let t = t0;
+  setClock(() => t);
+  return { now: () => t, set: (ms) => (t = ms) };
+}
+
 export function ringBuffer(records: number, recordBytes: number): ArrayBuffer {
   const buf = new ArrayBuffer(RING.bytes + records * recordBytes);
   const hdr = new Uint32Array(buf, 0, RING.bytes / 4);

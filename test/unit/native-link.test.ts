@@ -2,8 +2,9 @@
 // fake engine binding (rings in plain ArrayBuffers, completions written by hand): when the
 // peer was last heard from and when this side last wrote, as the watchdog (Endpoint.tick)
 // reads them. The real engine's rings are tested in test/engine/.
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { ResultCode } from '../../plugin/abi';
+import { monoMs, setClock } from '../../plugin/clock';
 import type { LaneBinding } from '../../plugin/engine/native-link';
 import { NativeLink } from '../../plugin/engine/native-link';
 import { Port } from '../../plugin/engine/port';
@@ -11,7 +12,7 @@ import { CQE, CQE_RX, RING, RX, SUB } from '../../plugin/engine/records';
 import { FrameType, encodeFrame } from '../../plugin/protocol/frames';
 import { recvRingBytes } from '../../plugin/protocol/link';
 import { Receiver, newRecvArgs } from '../../plugin/protocol/receiver';
-import { type Completion, ringBuffer as makeRing, policyOf } from './helpers';
+import { type Completion, ringBuffer as makeRing, policyOf, testClock } from './helpers';
 
 const RECORDS = 64;
 
@@ -82,29 +83,29 @@ class FakeEngine implements LaneBinding {
 const FIRST_LINK = 1;
 
 describe('NativeLink liveness clock', () => {
-  afterEach(() => vi.useRealTimers());
+  afterEach(() => setClock(undefined));
 
   it('a new link was heard from and wrote at its birth, even when the port last polled long ago', () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const engine = new FakeEngine();
     const port = new Port(engine);
     port.poll();
-    vi.setSystemTime(t0 + 60_000); // the protocol thread sat idle for a minute
+    clock.set(t0 + 60_000); // the protocol thread sat idle for a minute
     const link = new NativeLink(port, engine, [10, 11], policyOf({ lanes: 1 }), 'test', 1 << 16);
     expect(link.heard).toBe(t0 + 60_000);
     expect(link.wrote).toBe(t0 + 60_000);
   });
 
   it('heard moves with every completion the port hands the link; wrote with every write of a turn', () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const engine = new FakeEngine();
     const port = new Port(engine);
     const link = new NativeLink(port, engine, [10, 11], policyOf({ lanes: 1 }), 'test', 1 << 16);
     link.attach({ onOp: () => {}, onRx: () => {} });
     for (const at of [5_000, 20_000, 45_000]) {
-      vi.setSystemTime(t0 + at);
+      clock.set(t0 + at);
       engine.complete(FIRST_LINK, 7);
       port.poll(); // a turn
       expect(link.heard).toBe(t0 + at);
@@ -115,32 +116,32 @@ describe('NativeLink liveness clock', () => {
   });
 
   it('a frame this thread wrote itself is no word from the peer: heard stays, even when the port last polled long ago', () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const engine = new FakeEngine();
     const port = new Port(engine);
     port.writeNowMax = 8192;
     engine.writeNowAll = true;
     port.poll();
-    vi.setSystemTime(t0 + 11_000); // nothing came for longer than the timeout (the C driver's stranger: 10 s)
+    clock.set(t0 + 11_000); // nothing came for longer than the timeout (the C driver's stranger: 10 s)
     const link = new NativeLink(port, engine, [10, 11], policyOf({ lanes: 1 }), 'test', 1 << 16);
     const ops: number[] = [];
     link.attach({ onOp: (op) => ops.push(op), onRx: () => {} });
-    vi.setSystemTime(t0 + 11_500);
+    clock.set(t0 + 11_500);
     link.frame(FrameType.MSG, 0, 0, 0, 1, 0x1000, 1, 5); // a small message, written during the turn
     port.poll(); // its completion, from this thread
     expect(ops).toEqual([5]);
     expect(link.heard).toBe(t0 + 11_000); // its birth, not the port's last poll (t0)
     // The peer's word (a completion from the I/O thread) still counts.
-    vi.setSystemTime(t0 + 12_000);
+    clock.set(t0 + 12_000);
     engine.complete(FIRST_LINK, 7);
     port.poll();
     expect(link.heard).toBe(t0 + 12_000);
   });
 
   it('a receiver whose peer keeps sending heartbeats stays up with a receive pending for longer than the timeout', () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const TIMEOUT = 10_000;
     const engine = new FakeEngine();
     const port = new Port(engine);
@@ -153,15 +154,15 @@ describe('NativeLink liveness clock', () => {
     receiver.irecv(0, args);
     const heartbeat = encodeFrame({ type: FrameType.HEARTBEAT, flags: 0, tag: 0, seq: -1, size: 0 });
     for (let at = 2_000; at <= 6 * TIMEOUT; at += 2_000) {
-      vi.setSystemTime(t0 + at);
+      clock.set(t0 + at);
       engine.receive(engine.rxs[0], FIRST_LINK, heartbeat);
       port.poll(); // the turn that hands the notification over
-      receiver.tick(Date.now(), TIMEOUT); // the watchdog
+      receiver.tick(monoMs(), TIMEOUT); // the watchdog
     }
     expect(got).toEqual([]);
     // Once the peer falls silent for the timeout, the receive fails.
-    vi.setSystemTime(t0 + 7 * TIMEOUT + 1);
-    receiver.tick(Date.now(), TIMEOUT);
+    clock.set(t0 + 7 * TIMEOUT + 1);
+    receiver.tick(monoMs(), TIMEOUT);
     expect(got).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
   });
 });

@@ -3,7 +3,7 @@
 // close, closeListen, finalize, setNetAttr), posted requests as mailbox records handed over by
 // turn(), completions read from the slot-status array the test attached; deregMr, close and
 // finalize with requests in flight; TSNET_STATS lines; the TSNET_TRACE file.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { LogLevel, ResultCode } from '../../plugin/abi';
 import type { Config } from '../../plugin/config';
 import { POST, SLOT, SlotState } from '../../plugin/engine/records';
@@ -816,6 +816,33 @@ describe('the watchdog', () => {
     t.host.wake = undefined; // this plugin's watchdog ticks on after the test
     expect(t.call('finalize', { ctx })).toEqual({});
     expect(infos()).toContainEqual(expect.stringMatching(/^stats: protocol thread 0: the watchdog found work no wake-up had announced [2-9] time\(s\)$/));
+  });
+
+  it('a step of the wall clock is no silence: a quiet comm with a receive pending lives on, and still moves data', async () => {
+    const t = setup(QUICK);
+    const ctx = t.init();
+    const c = t.connect(ctx);
+    const r = t.reg(c.recv, 4096);
+    const s = t.reg(c.send, 4096);
+    fill(s.bytes, 5);
+    t.post({ op: Op.RECV, comm: c.recv, slot: 0, bufs: [[r.mr, 0, 4096, 0]] }); // pending: nothing is sent yet
+    await t.settle();
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(Date.now() + 3_600_000); // NTP steps the time of day an hour on
+      await new Promise((res) => setTimeout(res, 400)); // at least one tick of 250 ms
+      vi.setSystemTime(Date.now() - 7_200_000); // and two hours back
+      await new Promise((res) => setTimeout(res, 400));
+    } finally {
+      vi.useRealTimers();
+    }
+    expect(warnings()).toEqual([]);
+    expect(t.slot(c.recv, 0)).toEqual(POSTED);
+    t.post({ op: Op.SEND, comm: c.send, slot: 0, bufs: [[s.mr, 0, 4096, 0]] });
+    await t.settle();
+    expect([t.slot(c.send, 0), t.slot(c.recv, 0)]).toEqual([done(4096), done(4096)]);
+    expect(firstDiff(r.bytes, s.bytes)).toBe(-1);
+    expect(t.call('finalize', { ctx })).toEqual({});
   });
 
   it('says nothing where a wake-up is on its way, the thread polls, nothing waits, or a turn ran within the tick', async () => {

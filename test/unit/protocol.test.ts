@@ -4,8 +4,9 @@
 // messages before their receive, unmatched messages, sends larger than their receive, every
 // policy, close, cancelRegion (deregMr), liveness, and hand-driven peers for the frames a
 // well-behaved peer never sends.
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
 import { LogLevel, ResultCode } from '../../plugin/abi';
+import { monoMs, setClock } from '../../plugin/clock';
 import { FLAG_EAGER, FRAME_BYTES, type Frame, FrameType, readFrame } from '../../plugin/protocol/frames';
 import { type LinkEvents, NO_OP, SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../plugin/protocol/link';
 import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, type SchedulePolicy, stripeCount } from '../../plugin/protocol/policies';
@@ -15,7 +16,7 @@ import { CQE_RX } from '../../plugin/engine/records';
 import { memoryLinkPair } from '../../plugin/transports/memory-link';
 import {
   type Buf, type Completion, GUARD_BYTE, KiB, MiB, type Pair, SpyLink, TestMemory, allBytes, bySlot, captureLog, firstDiff, pair,
-  policyOf, prng, settle, shuffled,
+  policyOf, prng, settle, shuffled, testClock,
 } from './helpers';
 
 const log = captureLog();
@@ -519,12 +520,12 @@ describe('messages that arrive before their receive is posted', () => {
 // --- A message that matches no posted receive
 
 describe('a message that matches no posted receive', () => {
-  afterEach(() => vi.useRealTimers());
+  afterEach(() => setClock(undefined));
   const TIMEOUT = 10_000;
 
   it('fails the link after the timeout (tick), naming the message and the tags the posted receives could take', async () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const p = pair({ eagerMax: 1000 });
     p.recv(0, { buf: p.mem.buf(100), tag: 1 });
     p.recv(1, { buf: p.mem.buf(100), tag: 2 }, { buf: p.mem.buf(100), tag: 3 });
@@ -534,9 +535,9 @@ describe('a message that matches no posted receive', () => {
     expect(p.sent).toEqual([ok(0, 100)]);
     // Both ends stay in touch (heartbeats); only the message's wait counts.
     const beat = async (at: number) => {
-      vi.setSystemTime(t0 + at);
-      p.sender.tick(Date.now(), TIMEOUT);
-      p.receiver.tick(Date.now(), TIMEOUT);
+      clock.set(t0 + at);
+      p.sender.tick(monoMs(), TIMEOUT);
+      p.receiver.tick(monoMs(), TIMEOUT);
       await p.settle();
     };
     await beat(TIMEOUT / 2);
@@ -561,16 +562,16 @@ describe('a message that matches no posted receive', () => {
   });
 
   it('waits as long as no receive is posted at all (NCCL may post late), then matches', async () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const p = pair();
     const src = p.mem.buf(100, 1);
     p.send(0, src, 7);
     await p.settle();
     for (const at of [TIMEOUT, 2 * TIMEOUT, 3 * TIMEOUT]) {
-      vi.setSystemTime(t0 + at);
-      p.sender.tick(Date.now(), TIMEOUT);
-      p.receiver.tick(Date.now(), TIMEOUT);
+      clock.set(t0 + at);
+      p.sender.tick(monoMs(), TIMEOUT);
+      p.receiver.tick(monoMs(), TIMEOUT);
       await p.settle();
     }
     expect(warnings()).toEqual([]);
@@ -873,25 +874,25 @@ describe('cancelRegion', () => {
 // --- Liveness
 
 describe('liveness', () => {
-  afterEach(() => vi.useRealTimers());
+  afterEach(() => setClock(undefined));
   const TIMEOUT = 10_000;
   const HEARTBEAT = { type: FrameType.HEARTBEAT, flags: 0, tag: 0, seq: -1, size: 0, addr: 0, len: 0 };
 
   it('tick sends a heartbeat once a side wrote nothing for a quarter of the timeout; the peer takes it silently', async () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const p = pair();
     p.sender.tick(t0 + TIMEOUT / 4 - 1, TIMEOUT);
     p.receiver.tick(t0 + TIMEOUT / 4 - 1, TIMEOUT);
     expect(p.sendLink.frames).toEqual([]);
     expect(p.recvLink.frames).toEqual([]);
-    vi.setSystemTime(t0 + TIMEOUT / 4);
-    p.sender.tick(Date.now(), TIMEOUT);
-    p.receiver.tick(Date.now(), TIMEOUT);
+    clock.set(t0 + TIMEOUT / 4);
+    p.sender.tick(monoMs(), TIMEOUT);
+    p.receiver.tick(monoMs(), TIMEOUT);
     expect(p.sendLink.frames).toEqual([HEARTBEAT]);
     expect(p.recvLink.frames).toEqual([HEARTBEAT]);
     // Written just now: no second one.
-    p.sender.tick(Date.now(), TIMEOUT);
+    p.sender.tick(monoMs(), TIMEOUT);
     expect(p.sendLink.frames.length).toBe(1);
     await p.settle();
     expect(p.sent.length + p.received.length).toBe(0);
@@ -908,23 +909,23 @@ describe('liveness', () => {
   });
 
   it('heartbeats keep a quiet link with requests pending alive; a silent peer fails it after the timeout', async () => {
-    vi.useFakeTimers({ toFake: ['Date'] });
-    const t0 = Date.now();
+    const clock = testClock();
+    const t0 = monoMs();
     const p = pair();
     p.recv(0, { buf: null, tag: 0 }); // pending; its message never comes
     for (let at = TIMEOUT / 4; at <= 6 * TIMEOUT; at += TIMEOUT / 4) {
-      vi.setSystemTime(t0 + at);
-      p.sender.tick(Date.now(), TIMEOUT);
-      p.receiver.tick(Date.now(), TIMEOUT);
+      clock.set(t0 + at);
+      p.sender.tick(monoMs(), TIMEOUT);
+      p.receiver.tick(monoMs(), TIMEOUT);
       await p.settle();
     }
     expect(p.received).toEqual([]);
     // The sender falls silent.
-    vi.setSystemTime(t0 + 7 * TIMEOUT);
-    p.receiver.tick(Date.now(), TIMEOUT);
+    clock.set(t0 + 7 * TIMEOUT);
+    p.receiver.tick(monoMs(), TIMEOUT);
     expect(p.received).toEqual([]);
-    vi.setSystemTime(t0 + 7 * TIMEOUT + 1);
-    p.receiver.tick(Date.now(), TIMEOUT);
+    clock.set(t0 + 7 * TIMEOUT + 1);
+    p.receiver.tick(monoMs(), TIMEOUT);
     expect(p.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
     expect(warnings()).toEqual(['test-recv: nothing heard from the peer for 10.0 s with 1 request(s) pending; failing 1 pending receive(s)']);
     // The sender's end is reset: its next send fails.
@@ -933,15 +934,15 @@ describe('liveness', () => {
     expect(p.sent).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
     // Nothing more happens on either end.
     const lines = log.length;
-    p.receiver.tick(Date.now() + TIMEOUT, TIMEOUT);
-    p.sender.tick(Date.now() + TIMEOUT, TIMEOUT);
+    p.receiver.tick(monoMs() + TIMEOUT, TIMEOUT);
+    p.sender.tick(monoMs() + TIMEOUT, TIMEOUT);
     expect(log.length).toBe(lines);
   });
 
   it('a silent peer with nothing pending is not an error', async () => {
     const p = pair();
-    p.receiver.tick(Date.now() + 100 * TIMEOUT, TIMEOUT);
-    p.sender.tick(Date.now() + 100 * TIMEOUT, TIMEOUT);
+    p.receiver.tick(monoMs() + 100 * TIMEOUT, TIMEOUT);
+    p.sender.tick(monoMs() + 100 * TIMEOUT, TIMEOUT);
     await p.settle();
     expect(warnings()).toEqual([]);
     const d = p.mem.buf(10);
@@ -955,7 +956,7 @@ describe('liveness', () => {
     const p = pair({ eagerMax: 1000 });
     p.send(0, p.mem.buf(5000, 1), 0); // striped: pending until read
     await p.settle();
-    p.sender.tick(Date.now() + TIMEOUT + 1000, TIMEOUT);
+    p.sender.tick(monoMs() + TIMEOUT + 1000, TIMEOUT);
     expect(p.sent).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
     expect(warnings()[0]).toMatch(/^test-send: nothing heard from the peer for 1\d\.\d s with 1 request\(s\) pending; failing 1 pending send\(s\)$/);
   });
@@ -971,7 +972,7 @@ describe('a failing link is closed before its requests end', () => {
     p.recv(0, { buf: p.mem.buf(100), tag: 0 });
     p.recv(1, { buf: p.mem.buf(100), tag: 1 });
     p.journal.length = 0;
-    p.receiver.tick(Date.now() + TIMEOUT + 1, TIMEOUT);
+    p.receiver.tick(monoMs() + TIMEOUT + 1, TIMEOUT);
     expect(p.journal).toEqual(['close recv', 'received 0', 'received 1']);
   });
 
@@ -981,7 +982,7 @@ describe('a failing link is closed before its requests end', () => {
     p.send(1, p.mem.buf(5000, 2), 0);
     await p.settle();
     p.journal.length = 0;
-    p.sender.tick(Date.now() + TIMEOUT + 1, TIMEOUT);
+    p.sender.tick(monoMs() + TIMEOUT + 1, TIMEOUT);
     expect(p.journal).toEqual(['close send', 'sent 0', 'sent 1']);
   });
 

@@ -19,6 +19,7 @@ import type { OfiRecvComm } from './recv-comm';
 import type { OfiSendComm } from './send-comm';
 import { ECANCELED, statusName } from './status';
 import { ACCEPT_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, immComm, msgId, msgKind } from './wire';
+import { monoMs } from '../../clock';
 
 export interface EndpointOptions {
   config: OfiConfig;
@@ -120,7 +121,7 @@ export class OfiEndpoint {
       if (r.cqDataBytes < 4) throw systemError(`rail ${r.index}: the provider carries ${r.cqDataBytes} bytes of immediate data; tsnet needs 4`);
     this.config = opts.config;
     this.name = opts.name ?? 'ofi';
-    this.clock = opts.clock ?? Date.now;
+    this.clock = opts.clock ?? monoMs;
     this.random = opts.random ?? (() => (Math.random() * 2 ** 32) >>> 0);
     this.now = this.clock();
     this.timeoutMs = opts.timeoutMs ?? 10_000;

@@ -4,6 +4,7 @@
 // WARN and naming the last one. A timer writes the count of a burst that ends within the
 // interval, and close() writes what is still uncounted.
 import { log } from '../../log';
+import { monoMs } from '../../clock';
 
 /** Runs fn after ms unless the returned function is called first. */
 export type After = (ms: number, fn: () => void) => () => void;
@@ -43,7 +44,7 @@ export class RefusalLog {
     private readonly what: string,
     opts: RefusalLogOptions = {},
   ) {
-    this.now = opts.now ?? Date.now;
+    this.now = opts.now ?? monoMs;
     this.firstWarns = opts.firstWarns ?? 5;
     this.intervalMs = opts.intervalMs ?? 10_000;
     this.after = opts.after ?? nodeAfter;
