@@ -592,6 +592,32 @@ void freeLane(IoThread* t, Lane* l) {
 constexpr uint64_t kNoWaitRecentNs = 1000000;
 std::atomic<bool> g_noPwait2{false};
 
+// The last time any I/O thread of the process did work while it served an endpoint without a
+// wait fd. Rails split a device's messages between threads (round-robin, stripes), so each
+// thread alone sees only every few of them: with 4 rails at 4 ranks a thread's own gaps passed
+// the ms of short polls, its next message waited for the 1 ms poll, the operation slowed, the
+// gaps grew, and 8-byte AllReduce settled at 1.7-2.9 ms where one rail took 42-65 us
+// (docs/performance.md, item 25). Any such thread's work now counts as this thread's, for its
+// busy-poll window and its short polls. Written at most every 100 us, so that busy threads do
+// not fight over its cache line.
+std::atomic<uint64_t> g_noWaitWork{0};
+constexpr uint64_t kNoWaitShareNs = 100000;
+
+void noteNoWaitWork(uint64_t now) {
+  uint64_t last = g_noWaitWork.load(std::memory_order_relaxed);
+  if (now > last && now - last >= kNoWaitShareNs) g_noWaitWork.store(now, std::memory_order_relaxed);
+}
+
+/**
+ * ns since this thread's last work or, where it serves an endpoint without a wait fd, since any
+ * such thread's: both its busy-poll window and its short polls run from that.
+ */
+uint64_t idleNs(const IoThread* t, uint64_t now, uint64_t lastWork) {
+  uint64_t recent = lastWork;
+  if (t->ofiNoWait) recent = std::max(recent, g_noWaitWork.load(std::memory_order_relaxed));
+  return recent >= now ? 0 : now - recent;
+}
+
 int waitShort(int ep, epoll_event* evs, int max, uint64_t ns) {
 #ifdef SYS_epoll_pwait2
   if (!g_noPwait2.load(std::memory_order_relaxed)) {
@@ -666,11 +692,14 @@ void threadMain(IoThread* t) {
       else freeLane(t, l);
     }
     t->graveyard.resize(kept);
-    if (work) lastWork = now;
+    if (work) {
+      lastWork = now;
+      if (t->ofiNoWait) noteNoWaitWork(now);
+    }
     int timeout = 0;
     bool shortWait = false;
     if (backlog) timeout = 1;  // a completion ring is full: its protocol thread drains it soon
-    else if (uint64_t spin = t->spinNs.load(std::memory_order_relaxed); t->run.empty() && (spin == 0 || now - lastWork >= spin)) {
+    else if (uint64_t spin = t->spinNs.load(std::memory_order_relaxed); t->run.empty() && (spin == 0 || idleNs(t, now, lastWork) >= spin)) {
       // Dekker with the posters: they publish, then load sleeping; we store it, then look.
       __atomic_store_n(sleeping, 1, __ATOMIC_SEQ_CST);
       if (!anySubs(t) && !t->admin.load(std::memory_order_seq_cst)) {
@@ -679,7 +708,7 @@ void threadMain(IoThread* t) {
         // the first ms after activity every noWaitNs (a reply is usually that close).
         if (!t->ofi.empty() && (t->ofiNoWait || !ofiMayBlock(t))) {
           timeout = t->ofiNoWait ? 1 : 0;
-          shortWait = t->ofiNoWait && now - lastWork < kNoWaitRecentNs;
+          shortWait = t->ofiNoWait && idleNs(t, now, lastWork) < kNoWaitRecentNs;
         }
       }
     }
