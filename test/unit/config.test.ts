@@ -84,8 +84,16 @@ describe('readConfig defaults', () => {
     expect(readConfig({ TSNET_SPIN_US: '7' }, 2).config.spinUs).toBe(7);
   });
 
-  it('TSNET_SPIN_MAX_US: off by default; more than the window, or 0; a window of 0 cannot grow', () => {
-    expect(readConfig({}, 8).config.spinMaxUs).toBe(0);
+  it('TSNET_SPIN_MAX_US: 5000 by default where the window is on (8 cores or more), else off; more than the window, or 0; a window of 0 cannot grow', () => {
+    const dflt = readConfig({}, 8);
+    expect(dflt.config).toMatchObject({ spinUs: 200, spinMaxUs: 5000 });
+    expect(dflt.lines).toContain('busy-poll window grows with late wake-ups up to us = 5000 (default)');
+    expect(readConfig({}, 2).config).toMatchObject({ spinUs: 0, spinMaxUs: 0 });
+    expect(readConfig({}, 2).lines.filter((l) => l.includes('grows'))).toEqual([]);
+    // A window set at or above the default's ceiling does not grow unless asked to.
+    expect(readConfig({ TSNET_SPIN_US: '5000' }, 8).config.spinMaxUs).toBe(0);
+    expect(readConfig({ TSNET_SPIN_US: '1000' }, 8).config.spinMaxUs).toBe(5000);
+    expect(readConfig({ TSNET_SPIN_US: '0' }, 8).config.spinMaxUs).toBe(0);
     const set = readConfig({ TSNET_SPIN_MAX_US: '5000' }, 8);
     expect(set.config).toMatchObject({ spinUs: 200, spinMaxUs: 5000 });
     expect(set.lines).toContain('busy-poll window grows with late wake-ups up to us = 5000 (TSNET_SPIN_MAX_US)');
@@ -313,6 +321,7 @@ describe('readConfig parses each variable', () => {
       'trace file = /tmp/trace.json (TSNET_TRACE)',
       'statistics = on (TSNET_STATS)',
       'busy-poll window us = 50 (TSNET_SPIN_US)',
+      'busy-poll window grows with late wake-ups up to us = 5000 (default)',
       'link timeout seconds = 5 (TSNET_TIMEOUT_SEC)',
       'warm-up messages at init = 10000 (default)',
     ]);

@@ -985,14 +985,22 @@ describe('TSNET_SPIN_MAX_US', () => {
     expect(t.host.ioSpins).toEqual([3000]); // no new I/O wake-ups: unchanged
   });
 
-  it('does nothing without it, and other protocol threads leave the I/O threads alone', () => {
-    const off = setup({ ...LOOP, TSNET_SPIN_US: '200' });
+  it('does nothing when set to 0, and other protocol threads leave the I/O threads alone', () => {
+    const off = setup({ ...LOOP, TSNET_SPIN_US: '200', TSNET_SPIN_MAX_US: '0' });
     off.init();
     off.host.ownWakes = late(100);
     off.host.ioWakesNow = [late(100)];
     off.plugin.adaptSpin();
     expect(off.host.spins).toEqual([200]);
     expect(off.host.ioSpins).toEqual([]);
+    // Unset, it follows late wake-ups up to 5000 us wherever the window is on.
+    const dflt = setup({ ...LOOP, TSNET_SPIN_US: '200' });
+    dflt.init();
+    dflt.host.ownWakes = late(100);
+    dflt.host.ioWakesNow = [late(100)];
+    dflt.plugin.adaptSpin();
+    expect(dflt.host.spins).toEqual([200, 4096]);
+    expect(dflt.host.ioSpins).toEqual([4096]);
     const other = setup({ ...LOOP, TSNET_SPIN_US: '200', TSNET_SPIN_MAX_US: '3000' }, 2);
     other.call('listen', { ctx: 5, dev: 0 });
     other.host.ownWakes = late(10);
