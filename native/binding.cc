@@ -231,13 +231,6 @@ Napi::Value Log(const Napi::CallbackInfo& info) {
 // now(): CLOCK_MONOTONIC in microseconds, the clock of every trace timestamp.
 Napi::Value Now(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), nowUs()); }
 
-// The plugin's clock for liveness and timeouts (plugin/clock.ts): whole milliseconds on
-// CLOCK_MONOTONIC since the binding was loaded, one origin for every protocol thread. Below 2^30
-// (12 days) V8 keeps it as a small integer, so the plugin's reads allocate nothing.
-const uint64_t g_monoOrigin = uv_hrtime();
-Napi::Value MonoMs(const Napi::CallbackInfo& info) {
-  return Napi::Number::New(info.Env(), static_cast<double>((uv_hrtime() - g_monoOrigin) / 1'000'000));
-}
 
 // threadCpu(): CPU microseconds the calling thread has used.
 Napi::Value ThreadCpu(const Napi::CallbackInfo& info) {
@@ -344,7 +337,6 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("log", Napi::Function::New(e, Log, "log"));
   o.Set("setSpin", Napi::Function::New(e, SetSpin, "setSpin"));
   o.Set("now", Napi::Function::New(e, Now, "now"));
-  o.Set("monoMs", Napi::Function::New(e, MonoMs, "monoMs"));
   o.Set("threadCpu", Napi::Function::New(e, ThreadCpu, "threadCpu"));
   o.Set("busy", Napi::Function::New(e, Busy, "busy"));
   o.Set("wakes", Napi::Function::New(e, Wakes, "wakes"));

@@ -6,7 +6,7 @@
 // peer undetected for as long as the step. A monotonic clock does neither.
 //
 // Inside NCCL the binding gives CLOCK_MONOTONIC in whole milliseconds since the binding was
-// loaded (native/binding.cc): a whole number below 2^30 is a small integer to V8, so reading it
+// loaded (native/engine/engine_js.cc): a whole number below 2^30 is a small integer to V8, so reading it
 // allocates nothing, where Date.now() allocated a number per read and Node 18's
 // performance.now() an array. Elsewhere (the tests, the benchmark) it is performance.now().
 // Times start near 0: a "never" must be -Infinity, not 0.

@@ -439,9 +439,19 @@ bool enginePortHasWork(int port) {
   return false;
 }
 
+// The plugin's clock for liveness and timeouts (plugin/clock.ts): whole milliseconds on
+// CLOCK_MONOTONIC since the library was loaded, one origin for every protocol thread. Below 2^30
+// (12 days) V8 keeps it as a small integer, so the plugin's reads allocate nothing. Here, with
+// the engine, so that the tests' addon (standalone.cc) reads the same clock.
+const uint64_t g_monoOrigin = nowNs();
+Napi::Value MonoMs(const Napi::CallbackInfo& info) {
+  return Napi::Number::New(info.Env(), static_cast<double>((nowNs() - g_monoOrigin) / 1'000'000));
+}
+
 void engineRegister(napi_env env, napi_value exports) {
   Napi::Env e(env);
   Napi::Object o(env, exports);
+  o.Set("monoMs", Napi::Function::New(e, MonoMs, "monoMs"));
   o.Set("ioStart", Napi::Function::New(e, IoStart, "ioStart"));
   o.Set("ioPort", Napi::Function::New(e, IoPort, "ioPort"));
   o.Set("ioAdopt", Napi::Function::New(e, IoAdopt, "ioAdopt"));

@@ -16,6 +16,8 @@ export const ADDON = process.env.TSNET_TEST_ENGINE ? path.resolve(process.env.TS
 
 /** build/tsnet_engine.node: the engine's functions plus the test-only helpers of standalone.cc. */
 export interface EngineAddon extends LaneBinding {
+  /** The plugin's clock as the binding gives it inside NCCL (plugin/clock.ts). */
+  monoMs(): number;
   setThread(index: number): void;
   setVerbose(on: boolean): void;
   ioTrace(on: boolean): void;
