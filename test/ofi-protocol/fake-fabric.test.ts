@@ -1,5 +1,6 @@
 // The fake fabric itself: what the protocol tests rely on it to do like libfabric.
 import { describe, expect, it } from 'vitest';
+import { BOUNCE_TOKEN } from '../../plugin/transports/ofi/bounce';
 import { CqFlag } from '../../plugin/transports/ofi/fabric';
 import { FakeFabric } from './fake-fabric';
 
@@ -30,10 +31,10 @@ describe('fake fabric', () => {
     const seen: number[] = [];
     b.onCompletions = (_r, batch) => batch.forEach((c) => seen.push(c.token));
     a.onCompletions = () => {};
-    for (let i = 0; i < 5; i++) b.postRecv(dst, i * 8, 8, 0x8000_0000 + i);
+    for (let i = 0; i < 5; i++) b.postRecv(dst, i * 8, 8, BOUNCE_TOKEN + i);
     for (let i = 0; i < 5; i++) a.send(peer, src.addr, 4, src.reg.desc, i, 10 + i);
     f.run();
-    expect(seen).toEqual([0, 1, 2, 3, 4].map((i) => 0x8000_0000 + i)); // receives are consumed in posting order
+    expect(seen).toEqual([0, 1, 2, 3, 4].map((i) => BOUNCE_TOKEN + i)); // receives are consumed in posting order
   });
 
   it('checks keys: unknown, another NIC, out of range', () => {
@@ -112,7 +113,7 @@ describe('fake fabric', () => {
     const got: number[] = [];
     b.onCompletions = (_r, batch) => batch.forEach((c) => got.push(c.status));
     a.onCompletions = () => {};
-    b.postRecv(dst, 0, 2, 0x8000_0000);
+    b.postRecv(dst, 0, 2, BOUNCE_TOKEN);
     a.send(peer, src.addr, 4, src.reg.desc, -1, 1);
     f.run();
     expect(got).toEqual([-265]);

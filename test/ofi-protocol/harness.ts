@@ -2,6 +2,7 @@
 // the scenario tests share: connect, post, run the random scheduler until a condition holds,
 // and check after every step that bounce-buffer accounting is exact on both sides.
 import { expect } from 'vitest';
+import { BOUNCE_TOKEN } from '../../plugin/transports/ofi/bounce';
 import { OFI_DEFAULTS, type OfiConfig } from '../../plugin/transports/ofi/config';
 import { OfiEndpoint } from '../../plugin/transports/ofi/endpoint';
 import type { Complete, RecvComm, Region, ReqBuf, SendComm } from '../../plugin/transports/ofi/fabric';
@@ -68,7 +69,7 @@ export class Side {
     this.host.rails.forEach((r, i) => {
       // Posted at the NIC, or consumed with the completion not yet read: what the pool counts as posted.
       const a = this.ep.pool.accounts[i];
-      const unread = r.cq.reduce((n, c) => n + (c.token >= 0x8000_0000 ? 1 : 0), 0);
+      const unread = r.cq.reduce((n, c) => n + (c.token >= BOUNCE_TOKEN ? 1 : 0), 0);
       if (r.posted.length + unread !== a.posted)
         throw new Error(`${this.host.name} rail ${i}: ${r.posted.length} receives posted and ${unread} completed unread at the NIC; the pool counts ${a.posted}`);
     });

@@ -9,8 +9,12 @@
 // chunk and again on completion, which left phantom receives behind multi-chunk transfers).
 import type { HostBuffer, Rail } from './fabric';
 
-/** Tokens of posted receives have the high bit set; the low 31 bits are the buffer id. */
-export const BOUNCE_TOKEN = 0x8000_0000;
+/**
+ * Tokens of posted receives are 2^29 + the buffer id; operations' tokens stay below 2^29
+ * (ops.ts). Every token is then below 2^30, a small integer to V8, and crosses calls without
+ * being boxed: with 2^31 an 8-byte ping-pong over shm allocated 16 bytes per message more.
+ */
+export const BOUNCE_TOKEN = 0x2000_0000;
 export const isBounceToken = (token: number): boolean => token >= BOUNCE_TOKEN;
 export const bounceId = (token: number): number => token - BOUNCE_TOKEN;
 
@@ -162,7 +166,7 @@ export class BouncePool {
     this.stateOf[id] = BufState.POSTED;
     this.accounts[r].posted++;
     const c = this.chunks[this.chunkOf[id]];
-    this.rails[r].postRecv(c, this.offsetOf[id], this.bufBytes, (BOUNCE_TOKEN + id) >>> 0);
+    this.rails[r].postRecv(c, this.offsetOf[id], this.bufBytes, BOUNCE_TOKEN + id);
   }
 
   // Another window's worth of buffers for rail r, in one registered chunk.

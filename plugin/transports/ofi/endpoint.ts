@@ -6,7 +6,7 @@
 // quarantine after its comm closed, so late writes for a closed comm find no one.
 import { internalError, systemError } from '../../errors';
 import { log } from '../../log';
-import { BouncePool, isBounceToken } from './bounce';
+import { BouncePool, bounceId, isBounceToken } from './bounce';
 import type { OfiComm } from './comm';
 import type { OfiConfig } from './config';
 import { OfiConnector, OfiListener } from './connect';
@@ -313,7 +313,7 @@ export class OfiEndpoint {
 
   // A posted receive completed: a message, or (FI_RX_CQ_DATA) a remote write that consumed it.
   private onReceive(r: number, c: Completion): void {
-    const id = c.token - 0x8000_0000;
+    const id = bounceId(c.token);
     this.pool.consume(id);
     if (c.status !== 0) {
       this.pool.release(id);

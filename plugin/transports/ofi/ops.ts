@@ -1,8 +1,10 @@
 // Operations in flight, by token. Every send, write or read an endpoint posts takes an entry
-// here (its token is the entry's index, 1 .. 2^31 - 1; 0 is never a token, and tokens with the
-// high bit set are bounce receives). An entry names the comm by id and serial, so that a
+// here (its token is the entry's index, 1 .. 2^29 - 1; 0 is never a token, and tokens from
+// BOUNCE_TOKEN, 2^29, on are bounce receives). An entry names the comm by id and serial, so that a
 // completion for a comm that has closed, or whose id now belongs to another comm, reaches no
 // one; the entry is reused only after its own completion came back.
+
+import { BOUNCE_TOKEN } from './bounce';
 
 export const enum OpKind {
   /** An eager message: a = send record. */
@@ -78,7 +80,7 @@ export class OpTable {
 
   private grow(): void {
     const n = this.kind.length * 2;
-    if (n > 0x8000_0000) throw new Error('more than 2^31 operations in flight');
+    if (n > BOUNCE_TOKEN) throw new Error('more than 2^29 operations in flight');
     const u8 = (old: Uint8Array) => {
       const x = new Uint8Array(n);
       x.set(old);
