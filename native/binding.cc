@@ -231,7 +231,6 @@ Napi::Value Log(const Napi::CallbackInfo& info) {
 // now(): CLOCK_MONOTONIC in microseconds, the clock of every trace timestamp.
 Napi::Value Now(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), nowUs()); }
 
-
 // threadCpu(): CPU microseconds the calling thread has used.
 Napi::Value ThreadCpu(const Napi::CallbackInfo& info) {
   timespec ts{};

@@ -5,14 +5,14 @@
 // hands it to its link. No allocation per message, and no call into native code per message
 // but one: a small frame to an idle lane, which this thread writes itself (submitFrame).
 import { log } from '../log';
-import { CQE, CQE_RX, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
+import { CQE, CQE_REMOTE, CQE_RX, OP_REMOTE, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
 import { monoMs } from '../clock';
 
 /** What a link of this thread is told by the engine. */
 export interface CqeHandler {
   /**
    * An operation submitted with this link finished: status 0, EOF (-1000) or -errno; value: bytes.
-   * libfabric lanes: imm and flags (records.ts CqeFlag); op CQE_REMOTE for a peer's write.
+   * libfabric lanes: imm and flags (records.ts CqeFlag); op OP_REMOTE (-2) for a peer's write.
    * io: the I/O thread, or -1 for a frame this protocol thread wrote itself (submitFrame).
    */
   onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number): void;
@@ -466,7 +466,7 @@ export class Port {
         const op = r.u32[w + 1];
         try {
           if (op === CQE_RX) h.onRx(r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t);
-          else h.onOp(op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7]);
+          else h.onOp(op === CQE_REMOTE ? OP_REMOTE : op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7]);
         } catch (e) {
           log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);
         }

@@ -46,6 +46,12 @@ export const CQE = { bytes: 40, link: 0, op: 4, status: 8, imm: 12, value: 16, f
 export const CQE_RX = 0xffffffff;
 /** The op of a peer's remote write with immediate data (libfabric lanes). */
 export const CQE_REMOTE = 0xfffffffe;
+/**
+ * CQE_REMOTE as the port hands it to a link (CqeHandler.onOp): 0xfffffffe is no small integer
+ * to V8 and was boxed at each call, 16 bytes per peer's write. Links' own tokens stay below
+ * 2^30 (protocol/sender.ts, protocol/receiver.ts, transports/ofi/bounce.ts), so none is -2.
+ */
+export const OP_REMOTE = -2;
 /** Completion flags of libfabric lanes. */
 export const enum CqeFlag {
   SEND = 1,

@@ -266,7 +266,7 @@ export class Receiver extends Endpoint {
       const i = q.head & mask;
       const m = q.msgs[i]!;
       if (!m.matched) return;
-      this.link.read(k, m.dest === 0 ? 0 : m.dest + q.offs[i], q.lens[i], (m.id | (m.gen << 16)) >>> 0);
+      this.link.read(k, m.dest === 0 ? 0 : m.dest + q.offs[i], q.lens[i], m.id | (m.gen << 16));
       q.msgs[i] = undefined;
       q.head++;
     }
@@ -342,12 +342,13 @@ export class Receiver extends Endpoint {
   private allocMsg(): Msg {
     let m = this.freeMsgs.pop();
     if (!m) {
-      // Ids stay below 0xffff: a token (id | gen << 16) is never the engine's CQE_RX (0xffffffff).
+      // Ids stay below 0xffff and generations below 2^14: a token (id | gen << 16) stays below
+      // 2^30, never one of the engine's markers (CQE_RX, OP_REMOTE) and a small integer to V8.
       if (this.msgs.length >= 0xffff) throw new Error('more than 65535 messages in flight on one link');
       m = { id: this.msgs.length, gen: 0, seq: 0, tag: 0, size: 0, eager: false, at: 0, rxUs: 0, rxIo: 0, frameAt: 0, arrived: 0, recv: null, recvGen: 0, dest: 0, matched: false, copied: false, stripes: 0, live: false };
       this.msgs.push(m);
     }
-    m.gen = (m.gen + 1) & 0xffff;
+    m.gen = (m.gen + 1) & 0x3fff;
     m.live = true;
     m.matched = false;
     m.copied = false;

@@ -13,10 +13,11 @@ import { NO_OP, type StreamLink } from './link';
 import { stripeCount } from './policies';
 
 /**
- * Generations run 1..GEN_MAX, so a token (slot | gen << 8) stays below 2^31: never NO_OP and
- * never the engine's CQE_RX (0xffffffff, the op of a receive-ring notification).
+ * Generations run 1..GEN_MAX, so a token (slot | gen << 8) stays below 2^30: never NO_OP, never
+ * one of the engine's markers (CQE_RX, OP_REMOTE), and a small integer to V8, which boxed larger
+ * ones at each call they crossed.
  */
-const GEN_MAX = 0x7fffff;
+const GEN_MAX = 0x3fffff;
 
 interface SendOp {
   gen: number;

@@ -12,7 +12,7 @@ import { type LinkEvents, NO_OP, SEND_RING_BYTES, type StreamLink, recvRingBytes
 import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, type SchedulePolicy, stripeCount } from '../../plugin/protocol/policies';
 import { Receiver, newRecvArgs } from '../../plugin/protocol/receiver';
 import { Sender } from '../../plugin/protocol/sender';
-import { CQE_RX } from '../../plugin/engine/records';
+import { CQE_RX, OP_REMOTE } from '../../plugin/engine/records';
 import { memoryLinkPair } from '../../plugin/transports/memory-link';
 import {
   type Buf, type Completion, GUARD_BYTE, KiB, MiB, type Pair, SpyLink, TestMemory, allBytes, bySlot, captureLog, firstDiff, pair,
@@ -1218,10 +1218,12 @@ describe('the sender against a hand-driven receiver', () => {
 });
 
 describe('op tokens', () => {
-  it.each([0x7ffffe, 0xfffffe])('are never the engine\'s marker of received bytes (0xffffffff), even where a slot\'s generation wraps (from %i)', async (gen) => {
+  it.each([0x3ffffe, 0x7ffffe])('stay below 2^30 (small integers to V8, never the engine\'s markers), even where a slot\'s or a message\'s generation wraps (from %i)', async (gen) => {
     const p = pair({ eagerMax: 1000 });
-    // White box: fast-forward slot 255's generation (the highest slot: the top token bits).
+    // White box: fast-forward slot 255's generation (the highest slot: the top token bits), and
+    // the receiver's first message's.
     (p.sender as unknown as { ops: { gen: number }[] }).ops[255].gen = gen;
+    const msgs = (p.receiver as unknown as { msgs: { gen: number }[] }).msgs;
     for (let i = 0; i < 3; i++) {
       const d = p.mem.buf(100);
       const s = p.mem.buf(100, i);
@@ -1232,11 +1234,24 @@ describe('op tokens', () => {
       expect(p.received.at(-1)).toEqual(ok(255, 100));
       expectLanded(d, s.view);
     }
+    // Striped messages: the receiver's reads carry its message tokens.
+    for (let i = 0; i < 3; i++) {
+      if (msgs.length) msgs[0].gen = 0x3ffe;
+      const d = p.mem.buf(5000);
+      const s = p.mem.buf(5000, i);
+      p.recv(254, { buf: d, tag: 0 });
+      p.send(254, s, 0);
+      await p.settle();
+      expect(p.sent.at(-1)).toEqual(ok(254, 5000));
+      expect(p.received.at(-1)).toEqual(ok(254, 5000));
+      expectLanded(d, s.view);
+    }
     const tokens = [...p.sendLink.ops, ...p.recvLink.ops].filter((op) => op !== NO_OP);
     expect(tokens.length).toBeGreaterThan(0);
     for (const op of tokens) {
-      expect(Number.isInteger(op) && op >= 0 && op <= 0xffffffff).toBe(true);
+      expect(Number.isInteger(op) && op >= 0 && op < 2 ** 30).toBe(true);
       expect(op).not.toBe(CQE_RX);
+      expect(op).not.toBe(OP_REMOTE);
     }
   });
 });

@@ -4,7 +4,7 @@
 // and are handed to the endpoint as batches of one (reused objects: nothing is allocated per
 // completion). Registrations are numbered natively; a registration's number is its desc.
 import type { CqeHandler, EngineBinding, Port } from '../../engine/port';
-import { CQE_REMOTE, SubKind } from '../../engine/records';
+import { OP_REMOTE, SubKind } from '../../engine/records';
 import { NetError } from '../../errors';
 import { log } from '../../log';
 import type { Completion, HostBuffer, OnCompletions, Rail, Registration } from './fabric';
@@ -184,7 +184,7 @@ export class NativeRail implements Rail, CqeHandler {
     c.time = time;
     c.io = io;
     c.immHi = immHi;
-    c.token = op === CQE_REMOTE ? 0 : op;
+    c.token = op === OP_REMOTE ? 0 : op;
     c.status = status;
     c.flags = flags; // records.ts CqeFlag: the same bits as fabric.ts CqFlag
     c.len = value;
