@@ -1224,27 +1224,21 @@ describe('op tokens', () => {
     // the receiver's first message's.
     (p.sender as unknown as { ops: { gen: number }[] }).ops[255].gen = gen;
     const msgs = (p.receiver as unknown as { msgs: { gen: number }[] }).msgs;
-    for (let i = 0; i < 3; i++) {
-      const d = p.mem.buf(100);
-      const s = p.mem.buf(100, i);
-      p.recv(255, { buf: d, tag: 0 });
-      p.send(255, s, 0);
+    const roundTrip = async (slot: number, size: number, seed: number) => {
+      const d = p.mem.buf(size);
+      const s = p.mem.buf(size, seed);
+      p.recv(slot, { buf: d, tag: 0 });
+      p.send(slot, s, 0);
       await p.settle();
-      expect(p.sent.at(-1)).toEqual(ok(255, 100));
-      expect(p.received.at(-1)).toEqual(ok(255, 100));
+      expect(p.sent.at(-1)).toEqual(ok(slot, size));
+      expect(p.received.at(-1)).toEqual(ok(slot, size));
       expectLanded(d, s.view);
-    }
+    };
+    for (let i = 0; i < 3; i++) await roundTrip(255, 100, i);
     // Striped messages: the receiver's reads carry its message tokens.
     for (let i = 0; i < 3; i++) {
       if (msgs.length) msgs[0].gen = 0x3ffe;
-      const d = p.mem.buf(5000);
-      const s = p.mem.buf(5000, i);
-      p.recv(254, { buf: d, tag: 0 });
-      p.send(254, s, 0);
-      await p.settle();
-      expect(p.sent.at(-1)).toEqual(ok(254, 5000));
-      expect(p.received.at(-1)).toEqual(ok(254, 5000));
-      expectLanded(d, s.view);
+      await roundTrip(254, 5000, i);
     }
     const tokens = [...p.sendLink.ops, ...p.recvLink.ops].filter((op) => op !== NO_OP);
     expect(tokens.length).toBeGreaterThan(0);
