@@ -5,7 +5,7 @@
 // hands it to its link. No allocation per message, and no call into native code per message
 // but one: a small frame to an idle lane, which this thread writes itself (submitFrame).
 import { log } from '../log';
-import { CQE, CQE_REMOTE, CQE_RX, OP_REMOTE, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
+import { CQE, OP_RX, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
 import { monoMs } from '../clock';
 
 /** What a link of this thread is told by the engine. */
@@ -463,10 +463,10 @@ export class Port {
         const link = r.u32[w];
         const h = this.links[link & 0xffff];
         if (h === undefined || this.gens[link & 0xffff] !== link >>> 16) continue; // a closed link
-        const op = r.u32[w + 1];
+        const op = r.i32[w + 1]; // records.ts OP_RX, OP_REMOTE
         try {
-          if (op === CQE_RX) h.onRx(r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t);
-          else h.onOp(op === CQE_REMOTE ? OP_REMOTE : op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7]);
+          if (op === OP_RX) h.onRx(r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t);
+          else h.onOp(op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7]);
         } catch (e) {
           log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);
         }

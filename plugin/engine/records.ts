@@ -47,11 +47,13 @@ export const CQE_RX = 0xffffffff;
 /** The op of a peer's remote write with immediate data (libfabric lanes). */
 export const CQE_REMOTE = 0xfffffffe;
 /**
- * CQE_REMOTE as the port hands it to a link (CqeHandler.onOp): 0xfffffffe is no small integer
- * to V8 and was boxed at each call, 16 bytes per peer's write. Links' own tokens stay below
- * 2^30 (protocol/sender.ts, protocol/receiver.ts, transports/ofi/bounce.ts), so none is -2.
+ * CQE_RX and CQE_REMOTE as the port reads a record's op (int32) and hands it to a link
+ * (CqeHandler.onOp): -1 and -2, small integers to V8, where 0xfffffffe was boxed at each call
+ * (16 bytes per peer's write). Links' own tokens stay below 2^30 (protocol/sender.ts,
+ * protocol/receiver.ts, transports/ofi/bounce.ts), so they read the same either way.
  */
-export const OP_REMOTE = -2;
+export const OP_RX = CQE_RX | 0;
+export const OP_REMOTE = CQE_REMOTE | 0;
 /** Completion flags of libfabric lanes. */
 export const enum CqeFlag {
   SEND = 1,
