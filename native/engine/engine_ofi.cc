@@ -12,6 +12,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -515,36 +516,29 @@ Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
   return mrAnswer(env, id, m);
 }
 
-// ofiDeregMr(mr): waits (bounded) for the operations in flight on it, then deregisters.
+// ofiDeregMr(mr, waitMs) -> operations still in flight: deregisters once no operation in
+// flight names the registration, waiting up to waitMs for those that do. Where some are still
+// in flight then, nothing changes and their count is returned: the caller asks again later
+// (a failed comm's writes may never complete: shm drops a write whose target key is gone,
+// docs/ofi-facts.md), so that no caller is held for long.
 Napi::Value OfiDeregMr(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   uint32_t id = static_cast<uint32_t>(num(info, 0));
+  double waitMs = info.Length() > 1 && info[1].IsNumber() ? info[1].As<Napi::Number>().DoubleValue() : 0;
   MrEntry* e = mrAt(id);
   OfiMr* mr = e ? __atomic_load_n(&e->mr, __ATOMIC_ACQUIRE) : nullptr;
   if (!mr) return fail(env, "ofiDeregMr: no such registration");
-  StuckWatch watch;
-  const int first = e->inflight.load(std::memory_order_acquire);
-  for (int k = 0; e->inflight.load(std::memory_order_acquire) > 0; k++) {
-    // 10 s, or, after 1 s in which none of them completed, an I/O thread stuck inside a
-    // provider call (its operations never complete; the others' had time to): keep the
-    // registration (a leak, not a fault).
-    IoThread* stuck = k >= 1000 && k % 100 == 0 && e->inflight.load(std::memory_order_acquire) >= first ? watch.anyStuck() : nullptr;
-    if (k == 10000 || stuck) {
-      if (stuck)
-        log(kLogWarn, "ofi: registration %u still has %d operation(s) in flight and I/O thread %d is stuck inside a provider call; it is kept",
-            id, e->inflight.load(), stuck->index);
-      else
-        log(kLogWarn, "ofi: registration %u still has %d operation(s) in flight after 10 s; it is kept", id, e->inflight.load());
-      return env.Undefined();
-    }
-    usleep(1000);
+  const uint64_t until = nowNs() + static_cast<uint64_t>(std::max(0.0, std::min(waitMs, 60'000.0)) * 1e6);
+  for (int n; (n = e->inflight.load(std::memory_order_acquire)) > 0;) {
+    if (nowNs() >= until) return Napi::Number::New(env, n);
+    usleep(100);
   }
   __atomic_store_n(&e->mr, nullptr, __ATOMIC_RELEASE);
   delete mr;
   if (HostMem* h = __atomic_exchange_n(&e->host, nullptr, __ATOMIC_ACQ_REL)) hostRelease(h);
   std::lock_guard<std::mutex> g(g_mu);
   g_freeMr.push_back(id);
-  return env.Undefined();
+  return Napi::Number::New(env, 0);
 }
 
 // ofiAlloc(lane, bytes) -> { addr, buffer, mr, keyLo, keyHi, key, remoteBase }: registered,

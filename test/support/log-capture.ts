@@ -18,3 +18,16 @@ export function captureLog(): LogLine[] {
   afterEach(() => setLogSink(() => {}));
   return lines;
 }
+
+/** The plugin's WARN lines (level 2), captured per test of the calling file. */
+export function captureWarnings(): string[] {
+  const warns: string[] = [];
+  beforeEach(() => {
+    warns.length = 0;
+    setLogSink((level, _flags, msg) => {
+      if (level === 2) warns.push(msg);
+    });
+  });
+  afterEach(() => setLogSink(() => {}));
+  return warns;
+}

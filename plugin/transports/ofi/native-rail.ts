@@ -6,6 +6,7 @@
 import type { CqeHandler, EngineBinding, Port } from '../../engine/port';
 import { OP_REMOTE, SubKind } from '../../engine/records';
 import { NetError } from '../../errors';
+import { monoMs } from '../../clock';
 import { log } from '../../log';
 import type { Completion, HostBuffer, OnCompletions, Rail, Registration } from './fabric';
 
@@ -55,7 +56,8 @@ export interface OfiBinding extends EngineBinding {
   ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array; skipped?: number };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
   ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean): MrAnswer;
-  ofiDeregMr(mr: number): void;
+  /** Deregisters once no operation in flight names mr, waiting up to waitMs; returns how many are still in flight (0: deregistered). */
+  ofiDeregMr(mr: number, waitMs?: number): number | void;
   ofiAlloc(lane: number, bytes: number): MrAnswer & { addr: number; buffer: ArrayBuffer };
   ofiLastError(lane: number): string;
   /** I/O threads inside one provider call for thresholdMs or more, each reported once (engine_js.cc). */
@@ -78,6 +80,21 @@ function netError(e: unknown): NetError {
   return new NetError(typeof err.result === 'number' ? err.result : 2, err.message);
 }
 
+/**
+ * How long a deregistration waits for operations in flight on the registration. Only a failed
+ * comm's operations can be (NCCL gives memory back once its requests are done, and a request in
+ * flight on the memory ends its comm): they complete soon or never (shm drops a write whose
+ * target registration is gone, and reports nothing), so the rest is asked again at every tick.
+ */
+export const DEREG_WAIT_MS = 5;
+
+/** A deregistration that waits for operations in flight. */
+interface PendingDereg {
+  desc: number;
+  since: number;
+  warned: boolean;
+}
+
 function registration(a: MrAnswer, base: number): Registration {
   return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base), ipc: a.ipc, ipcWhy: a.ipcWhy, device: a.device };
 }
@@ -95,6 +112,7 @@ export class NativeRail implements Rail, CqeHandler {
   private readonly one: Completion = { token: 0, status: 0, flags: 0, len: 0, imm: 0, immHi: 0 };
   private readonly batch: Completion[] = [this.one];
   private closed = false;
+  private readonly pendingDeregs: PendingDereg[] = [];
 
   constructor(
     private readonly port: Port,
@@ -138,7 +156,7 @@ export class NativeRail implements Rail, CqeHandler {
   }
 
   deregMr(reg: Registration): void {
-    this.binding.ofiDeregMr(reg.desc);
+    this.dereg(reg.desc);
   }
 
   alloc(bytes: number): HostBuffer {
@@ -152,7 +170,46 @@ export class NativeRail implements Rail, CqeHandler {
 
   /** The memory itself goes with the last view of it. */
   free(buf: HostBuffer): void {
-    this.binding.ofiDeregMr(buf.reg.desc);
+    this.dereg(buf.reg.desc);
+  }
+
+  private dereg(desc: number): void {
+    if ((this.binding.ofiDeregMr(desc, this.closed ? 0 : DEREG_WAIT_MS) ?? 0) > 0) this.pendingDeregs.push({ desc, since: monoMs(), warned: false });
+  }
+
+  /** Registrations whose deregistration waits for operations in flight on them. */
+  get deregsPending(): number {
+    return this.pendingDeregs.length;
+  }
+
+  /**
+   * Asks again for the deregistrations that waited (the transport's tick, and close). Those that
+   * waited timeoutMs get one WARN line per call that finds any, each registration once; they are
+   * asked again until the endpoint closes, which ends every operation.
+   */
+  retryDeregs(now: number, timeoutMs: number, warn = true): void {
+    const list = this.pendingDeregs;
+    let keep = 0;
+    let late = 0;
+    let ops = 0;
+    for (let i = 0; i < list.length; i++) {
+      const p = list[i];
+      const left = this.binding.ofiDeregMr(p.desc, 0) ?? 0;
+      if (left <= 0) continue;
+      if (warn && !p.warned && now - p.since >= timeoutMs) {
+        p.warned = true;
+        late++;
+        ops += left;
+      }
+      list[keep++] = p;
+    }
+    list.length = keep;
+    if (late)
+      log.warn(
+        `ofi: rail ${this.index}: ${late} deregistered registration(s) still have ${ops} operation(s) in flight after ${(timeoutMs / 1000).toFixed(1)} s ` +
+          `(a failed comm's: the provider may never complete them, and holds a slot for each); they stay registered until the endpoint closes ` +
+          `(${keep} waiting in all)`,
+      );
   }
 
   postRecv(buf: HostBuffer, offset: number, len: number, token: number): void {
@@ -202,5 +259,11 @@ export class NativeRail implements Rail, CqeHandler {
     this.port.flush();
     this.binding.ioClose(this.lane, false);
     this.port.removeLink(this.link);
+    // The endpoint is closed: the provider ended every operation it held.
+    if (this.pendingDeregs.length) {
+      this.retryDeregs(monoMs(), 0, false);
+      if (this.pendingDeregs.length) log.warn(`ofi: ${this.pendingDeregs.length} registration(s) still have operations in flight after their endpoint closed (an I/O thread stuck inside the provider); they are kept`);
+      this.pendingDeregs.length = 0;
+    }
   }
 }
