@@ -2,19 +2,12 @@
 // is found (its operations fail, or its heartbeats stop); closing comms with requests in
 // flight neither hangs nor lets anything of them reach a later comm with the same id; connect
 // refuses stale handles and times out.
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { setLogSink } from '../../plugin/log';
+import { describe, expect, it } from 'vitest';
+import { captureWarnings } from '../support/log-capture';
 import type { RecvComm, SendComm } from '../../plugin/transports/ofi/fabric';
 import { World, buf, pattern } from './harness';
 
-const warns: string[] = [];
-beforeEach(() => {
-  warns.length = 0;
-  setLogSink((level, _f, msg) => {
-    if (level === 2) warns.push(msg);
-  });
-});
-afterEach(() => setLogSink(() => {}));
+const warns = captureWarnings();
 
 function setup(opts: ConstructorParameters<typeof World>[0] = {}) {
   const w = new World({ timeoutMs: 1000, ...opts });

@@ -161,6 +161,8 @@ export interface SendComm {
   close(): void;
   /** Completes every pending request, and every later one, with err's code. */
   fail(err: NetError): void;
+  /** Set once the comm failed or closed. */
+  readonly failed: NetError | undefined;
 }
 
 export interface RecvComm {
@@ -172,4 +174,5 @@ export interface RecvComm {
   tick(now: number, timeoutMs: number): void;
   close(): void;
   fail(err: NetError): void;
+  readonly failed: NetError | undefined;
 }

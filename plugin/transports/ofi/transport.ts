@@ -7,6 +7,7 @@ import { objectArray } from '../../arrays';
 import type { Config } from '../../config';
 import type { Port } from '../../engine/port';
 import { type NetError, invalidArgument, invalidUsage, systemError } from '../../errors';
+import { monoMs } from '../../clock';
 import { log } from '../../log';
 import type { Region } from '../../memory';
 import type { CommStats, RequestTrace } from '../../protocol/endpoint';
@@ -28,7 +29,17 @@ export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
 // before isend/irecv/iflush returns, and NCCL reuses a slot only after its request ended. A new
 // object and array per request, and a Map of them, made about 750 bytes of garbage per message
 // (performance.md, item 18).
-class Wrapped {
+/**
+ * Deregistering memory that requests in flight use lets them end first: for as long as the
+ * comm's requests keep ending, until none of them did for DRAIN_MS, and DRAIN_MAX_MS at most
+ * (ms). NCCL gives memory back only once its requests are done, except when it aborts: then
+ * each comm with requests in flight on the memory waits about DRAIN_MS once, before it fails.
+ */
+export const DRAIN_MS = 50;
+export const DRAIN_MAX_MS = 2000;
+const pause = new Int32Array(new SharedArrayBuffer(4));
+
+export class Wrapped {
   readonly stats: CommStats = { messages: 0, bytes: 0 };
   /** Per slot: the buffers of its request in flight, or undefined. */
   protected readonly inflight: (ReqBuf[] | undefined)[] = [];
@@ -39,6 +50,8 @@ class Wrapped {
   constructor(
     protected readonly comm: OfiSend | OfiRecv,
     private readonly name: string,
+    /** One round of the thread's turn: completions taken, submissions published. */
+    private readonly pump?: () => void,
   ) {}
 
   /** The completion callback the RDMA comm reports to: forgets the slot, then tells the plugin. */
@@ -77,17 +90,52 @@ class Wrapped {
   }
 
   /**
-   * RDMA cannot take back what the peer was told of a buffer (its address and key): a request
-   * in flight on the region ends the comm, so that nothing waits on memory NCCL takes back.
+   * RDMA cannot take back what the peer was told of a buffer (its address and key). Requests in
+   * flight on the region first get DRAIN_MS to end (completions are taken meanwhile): the
+   * peer's writes already on their way land while the memory is still registered. Those still
+   * in flight then end the comm, so that nothing waits on memory NCCL takes back.
    */
   cancelRegion(region: Region): number {
-    let n = 0;
-    for (const bufs of this.inflight) if (bufs?.some((b) => b.region === region)) n++;
+    let n = this.using(region);
+    if (n && this.pump && !this.comm.failed) n = this.drain(region);
     if (!n) return 0;
     const all = this.comm.pending;
     log.info(`${this.name}: memory of ${n} request(s) in flight was deregistered; the comm ends (${all} request(s) fail)`);
     this.comm.fail(invalidUsage(`${this.name}: the memory of a request in flight was deregistered`));
     return all;
+  }
+
+  /** Requests in flight on the region. */
+  private using(region: Region): number {
+    let n = 0;
+    for (const bufs of this.inflight) if (bufs?.some((b) => b.region === region)) n++;
+    return n;
+  }
+
+  /**
+   * Takes completions and publishes submissions until no request in flight uses the region or
+   * the comm fails; gives up once DRAIN_MS pass with none of the comm's requests ending (the
+   * peer is not sending, or not receiving), and after DRAIN_MAX_MS in all. Without it, a write
+   * the peer had posted before the memory was deregistered finds no registration: shm then
+   * drops it without a completion, and the peer's endpoint keeps a slot for it for good
+   * (docs/ofi-facts.md); enough of them stall its sends.
+   */
+  private drain(region: Region): number {
+    const start = monoMs();
+    let until = start + DRAIN_MS;
+    let pending = this.comm.pending;
+    for (;;) {
+      this.pump!();
+      const n = this.using(region);
+      if (!n || this.comm.failed) return n;
+      const now = monoMs();
+      if (this.comm.pending < pending) {
+        pending = this.comm.pending;
+        until = now + DRAIN_MS;
+      }
+      if (now >= until || now - start >= DRAIN_MAX_MS) return n;
+      Atomics.wait(pause, 0, 0, 0.05);
+    }
   }
 
   /** The reusable array of n buffers of a slot. */
@@ -111,7 +159,7 @@ class Wrapped {
   }
 }
 
-class WrappedSend extends Wrapped implements SendComm {
+export class WrappedSend extends Wrapped implements SendComm {
   isend(slot: number, region: Region | null, offset: number, size: number, tag: number): void {
     const bufs = this.bufsOf(slot, 1);
     const buf = bufs[0];
@@ -126,7 +174,7 @@ class WrappedSend extends Wrapped implements SendComm {
   }
 }
 
-class WrappedRecv extends Wrapped implements RecvComm {
+export class WrappedRecv extends Wrapped implements RecvComm {
   irecv(slot: number, a: RecvArgs): void {
     const bufs = this.bufs(slot, a);
     this.track(slot, bufs);
@@ -263,7 +311,7 @@ export class OfiTransport implements Transport {
       accept: (hooks) => {
         let w: WrappedRecv | undefined;
         const c = l.accept(Wrapped.complete(() => w, hooks));
-        return c && (w = new WrappedRecv(c, hooks.name));
+        return c && (w = new WrappedRecv(c, hooks.name, this.pump));
       },
       close: () => l.close(),
     };
@@ -275,7 +323,7 @@ export class OfiTransport implements Transport {
       poll: (hooks) => {
         let w: WrappedSend | undefined;
         const s = c.poll(Wrapped.complete(() => w, hooks));
-        return s && (w = new WrappedSend(s, hooks.name));
+        return s && (w = new WrappedSend(s, hooks.name, this.pump));
       },
       close: () => (c as unknown as { close?: () => void }).close?.(),
     };
@@ -322,6 +370,11 @@ export class OfiTransport implements Transport {
     this.portRef?.poll();
   }
 
+  private readonly pump = (): void => {
+    this.portRef?.poll();
+    this.portRef?.flush();
+  };
+
   flush(): boolean {
     this.portRef?.flush();
     return this.portRef?.backlog ?? false;
@@ -329,6 +382,7 @@ export class OfiTransport implements Transport {
 
   tick(now: number, timeoutMs: number): void {
     for (const ep of this.endpoints) ep?.tick(now, timeoutMs);
+    for (const rails of this.railsOf) for (const r of rails) if (r.deregsPending) r.retryDeregs(now, timeoutMs);
     for (const line of stallWarnings(this.binding, this.opened.nics[0].provider, timeoutMs)) log.warn(line);
   }
 
