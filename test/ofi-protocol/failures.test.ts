@@ -254,6 +254,33 @@ describe('close with requests in flight', () => {
     expect(warns).toEqual([]);
   });
 
+  it('an ACCEPT whose send fails, its listener closed once accept returned (as NCCL does): the repeated CONNECT still gets the ACCEPT', () => {
+    const w = new World({ timeoutMs: 2000 });
+    const l = w.b.ep.listen();
+    w.b.host.rails[0].failNext({ type: 'send', status: -107, error: 'fake provider: transport endpoint is not connected' });
+    const c = w.a.ep.connect(l.handle);
+    w.settle();
+    const recv = l.accept(w.b.complete);
+    expect(recv).toBeDefined();
+    l.close();
+    w.now += 501; // no answer: CONNECT again, to a listener that is closed
+    expect(c.poll(w.a.complete)).toBeUndefined();
+    w.settle();
+    const send = c.poll(w.a.complete);
+    expect(send).toBeDefined();
+    expect(oneMessage(w, send!, recv!, 100, 5)).toEqual(pattern(5, 100));
+    expect(warns).toEqual([]);
+    // Once the comm is closed, a CONNECT of that connector finds nothing: one WARN, however often it comes.
+    recv!.close();
+    const again = w.a.ep.connect(l.handle);
+    for (let k = 0; k < 3; k++) {
+      w.settle();
+      w.now += 501;
+      expect(again.poll(w.a.complete)).toBeUndefined();
+    }
+    expect(warns.filter((m) => /listener \d+, which is closed/.test(m))).toHaveLength(1);
+  });
+
   it('closing a listener refuses later connects; a stale handle is refused; both time out', () => {
     const w = new World({ timeoutMs: 1000 });
     const l = w.b.ep.listen();

@@ -10,18 +10,31 @@ import type { OfiEndpoint } from './endpoint';
 import type { Complete, RecvComm, SendComm } from './fabric';
 import { OfiRecvComm } from './recv-comm';
 import { OfiSendComm } from './send-comm';
-import { decodeConnect, decodeHandle, encodeHandle } from './wire';
+import { type Connect, decodeConnect, decodeHandle, encodeHandle } from './wire';
 
 /** A failed CONNECT is sent again after RETRY_MS; one with no answer after RESEND_MS. */
 const RETRY_MS = 20;
 const RESEND_MS = 500;
 
+/** Names the connector a CONNECT comes from: its endpoint's name on NIC 0, its comm id and nonce. */
+export const connectKey = (c: Connect): string => `${Buffer.from(c.names[0]).toString('hex')}/${c.comm}/${c.connectorNonce}`;
+
+/**
+ * A CONNECT that came again after its comm was made: its ACCEPT was lost or is late, and the
+ * connector asks again. The comm answers again, whether or not its listener is still open
+ * (NCCL closes a listener as soon as accept returned). Else: undefined.
+ */
+export function answerAgain(ep: OfiEndpoint, c: Connect): boolean {
+  const known = ep.accepted.get(connectKey(c));
+  if (!known) return false;
+  if (!known.failed) known.sendAccept(c.connectorNonce);
+  return true;
+}
+
 export class OfiListener {
   readonly handle: Uint8Array;
   private readonly nonce: number;
   private readonly ready: OfiRecvComm[] = [];
-  /** Comms made for CONNECTs, by connector (endpoint name, comm id, nonce): a repeated CONNECT gets the same comm's ACCEPT again. */
-  private readonly made = new Map<string, OfiRecvComm>();
   private closed = false;
 
   constructor(
@@ -42,7 +55,6 @@ export class OfiListener {
 
   close(): void {
     this.closed = true;
-    this.made.clear();
     this.ep.removeListener(this);
     for (const c of this.ready.splice(0)) c.close();
   }
@@ -53,13 +65,7 @@ export class OfiListener {
     const c = decodeConnect(bytes);
     if (typeof c === 'string') return log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${c}`);
     if (c.listenerNonce !== this.nonce) return log.warn(`${this.ep.name} listener ${this.id}: refused a connection with a stale handle (wrong nonce)`);
-    const key = `${Buffer.from(c.names[0]).toString('hex')}/${c.comm}/${c.connectorNonce}`;
-    const known = this.made.get(key);
-    if (known) {
-      // The connector sent CONNECT again: its first ACCEPT (or CONNECT) was lost, or is late.
-      if (!known.closed && !known.failed) known.sendAccept(c.connectorNonce);
-      return;
-    }
+    if (answerAgain(this.ep, c)) return;
     let comm: OfiRecvComm;
     try {
       comm = new OfiRecvComm(this.ep, c);
@@ -68,7 +74,8 @@ export class OfiListener {
     }
     comm.sendAccept(c.connectorNonce);
     log.info(`${comm.name}: accepted send comm ${c.comm}, ${comm.rails} rail(s)`);
-    this.made.set(key, comm);
+    comm.connectKey = connectKey(c);
+    this.ep.accepted.set(comm.connectKey, comm);
     this.ready.push(comm);
   }
 }

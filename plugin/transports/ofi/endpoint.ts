@@ -9,7 +9,7 @@ import { log } from '../../log';
 import { BouncePool, bounceId, isBounceToken } from './bounce';
 import type { OfiComm } from './comm';
 import type { OfiConfig } from './config';
-import { OfiConnector, OfiListener } from './connect';
+import { OfiConnector, OfiListener, answerAgain, connectKey } from './connect';
 import { CqFlag, type Completion, type HostBuffer, type OnCompletions, type Rail, type Region } from './fabric';
 import { Fences } from './fence';
 import { LINE_BYTES, ZERO_AT } from './line';
@@ -18,7 +18,7 @@ import { deviceRails } from './policy/rails';
 import type { OfiRecvComm } from './recv-comm';
 import type { OfiSendComm } from './send-comm';
 import { ECANCELED, statusName } from './status';
-import { ACCEPT_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, immComm, msgId, msgKind } from './wire';
+import { ACCEPT_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, decodeConnect, immComm, msgId, msgKind } from './wire';
 import { monoMs } from '../../clock';
 
 export interface EndpointOptions {
@@ -100,6 +100,10 @@ export class OfiEndpoint {
   private readonly comms: (OfiComm | undefined)[];
   /** The same comms, for ticking. */
   private readonly live = new Set<OfiComm>();
+  /** Receive comms by the CONNECT that made them (connect.ts, connectKey), until they close. */
+  readonly accepted = new Map<string, OfiRecvComm>();
+  /** Connectors already told of in a WARN that their listener is closed (at most 1024 kept). */
+  private readonly lateWarned = new Set<string>();
   private readonly closedAt: Float64Array;
   private nextId = 0;
   private serials = 0;
@@ -262,8 +266,25 @@ export class OfiEndpoint {
   removeComm(c: OfiComm): void {
     if (this.comms[c.id] !== c) return;
     this.comms[c.id] = undefined;
+    if (c.isRecv && this.accepted.get((c as OfiRecvComm).connectKey) === c) this.accepted.delete((c as OfiRecvComm).connectKey);
     this.live.delete(c);
     this.closedAt[c.id] = this.now;
+  }
+
+  /**
+   * A CONNECT for a listener that is closed: a repeat of one whose comm was made (its ACCEPT was
+   * lost, and NCCL closed the listener once accept returned) gets that comm's ACCEPT again; any
+   * other gets one WARN per connector (it times out: it asks again every half second).
+   */
+  private onLateConnect(listener: number, view: Uint8Array): void {
+    const c = decodeConnect(view);
+    if (typeof c === 'string') return log.warn(`${this.name}: a bad connect message for listener ${listener}, which is closed: ${c}`);
+    if (answerAgain(this, c)) return;
+    const key = connectKey(c);
+    if (this.lateWarned.has(key)) return;
+    if (this.lateWarned.size >= 1024) this.lateWarned.clear();
+    this.lateWarned.add(key);
+    log.warn(`${this.name}: a connect message for listener ${listener}, which is closed (from comm ${c.comm} of a peer endpoint); the connector will time out`);
   }
 
   comm(id: number): OfiComm | undefined {
@@ -345,7 +366,7 @@ export class OfiEndpoint {
         const l = this.listeners[to];
         const view = this.pool.bytes(id).subarray(this.pool.offset(id), this.pool.offset(id) + c.len);
         if (l) l.onConnect(view);
-        else log.warn(`${this.name}: a connect message for listener ${to}, which is closed`);
+        else this.onLateConnect(to, view);
         this.pool.release(id);
         return;
       }

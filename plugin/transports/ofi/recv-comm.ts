@@ -68,6 +68,8 @@ const EMPTY = new Float64Array(0);
 
 export class OfiRecvComm extends OfiComm implements RecvComm {
   readonly isRecv = true;
+  /** The CONNECT that made this comm (connect.ts, connectKey): the endpoint finds it by that when the CONNECT comes again. */
+  connectKey = '';
   private readonly mem: OwnedRegion;
   private readonly st32: Uint32Array;
   private readonly stI32: Int32Array;
