@@ -931,6 +931,41 @@ async function aSendFails(b: Side, send: number, mr: number, first: number): Pro
   throw new Error('200 sends after the receiver closed all succeeded');
 }
 
+describe.skipIf(!!missing)('tcp: the sender closes after its sends completed', () => {
+  it('eager and striped messages still reach receives posted before and after the close; then later receives fail with a WARN', async () => {
+    const c = await connected({ TSNET_EAGER_MAX: '1024' });
+    // Eager; striped on one lane; striped on two lanes. Small enough for the socket buffers:
+    // every send completes with no receive posted.
+    const sizes = [100, 64 * KiB + 3, 200 * KiB];
+    const msgs = sizes.map((size, k) => {
+      const s = c.b.reg(c.send, size);
+      fill(s.bytes, 50 + k);
+      const r = c.a.reg(c.recv, size);
+      return { size, s, r };
+    });
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 0, bufs: [[msgs[0].r.mr, 0, sizes[0], 0]] });
+    c.b.post(...msgs.map((m, k) => ({ op: Op.SEND, comm: c.send, slot: k, bufs: [[m.s.mr, 0, m.size, k]] as BufSpec[] })));
+    await until(() => [0, 1, 2].every((k) => c.b.of(c.send, k)), 5000, 'the sends to complete');
+    for (const [k, size] of sizes.entries()) expect(c.b.of(c.send, k)).toMatchObject({ result: 0, sizes: [size] });
+    expect(c.b.close(c.send)).toEqual([]);
+    // The CLOSE and the sockets' ends reach the receiver before its next receives.
+    await idle(100);
+    c.a.post(...[2, 1].map((k) => ({ op: Op.RECV, comm: c.recv, slot: k, bufs: [[msgs[k].r.mr, 0, sizes[k], k]] as BufSpec[] })));
+    await until(() => [0, 1, 2].every((k) => c.a.of(c.recv, k)), 5000, 'the receives');
+    for (const [k, m] of msgs.entries()) {
+      expect(c.a.of(c.recv, k), `receive ${k}`).toMatchObject({ result: 0, sizes: [m.size] });
+      expect(firstDiff(m.r.bytes, m.s.bytes), `bytes of message ${k}`).toBe(-1);
+    }
+    expect(warnings()).toEqual([]);
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 3, bufs: [[msgs[0].r.mr, 0, 100, 0]] });
+    await until(() => !!c.a.of(c.recv, 3), 1000, 'a later receive to fail');
+    expect(c.a.of(c.recv, 3)!.result).toBe(ResultCode.REMOTE_ERROR);
+    expect(warnings()).toEqual([
+      `comm ${c.recv}: the sender closed the connection; every message it sent has been delivered; the comm has failed: this receive and every later one fail`,
+    ]);
+  });
+});
+
 describe.skipIf(!!missing)('tcp: peers that go away', () => {
   it('the sender\'s comm closed mid-transfer: the pending receive fails within seconds', async () => {
     const c = await connected();
