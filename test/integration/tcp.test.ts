@@ -22,7 +22,8 @@ import { Plugin, type PluginHost } from '../../plugin/plugin';
 import { setClock } from '../../plugin/clock';
 import { readConfig } from '../../plugin/config';
 import { makeTransport } from '../../plugin/transports';
-import { HELLO_BYTES, Role, decodeHandle, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
+import { FrameType, encodeFrame } from '../../plugin/protocol/frames';
+import { HELLO_BYTES, Role, decodeHandle, decodeHello, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
 import { type EngineAddon, KiB, MiB, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
 import { HAVE_LIBFABRIC } from '../driver/build-driver';
 import { type Allocated, allocatedBy, pluginSites } from '../support/allocation';
@@ -353,6 +354,49 @@ describe.skipIf(!!missing)('tcp: connections', () => {
     expect(c2.recv).not.toBe(c1.recv);
     await transfer({ a, b, ...c1, ...l }, [1000], { seed: 1 });
     await transfer({ a, b, ...c2, ...l }, [200 * KiB], { seed: 2 });
+  });
+
+  it('bytes the accepting side writes right after its ACK belong to the link: connect succeeds, and the send comm gets them', async () => {
+    // A listener that answers every greeting with its ACK and, on the control socket, the link's
+    // first frame in the same write: a CLOSE, as when the accepted comm is closed at once, before
+    // the connector has read its ACK. A greedy read of the ACK took the CLOSE with it and failed
+    // the connect ("24 unexpected bytes after the greeting").
+    const close = encodeFrame({ type: FrameType.CLOSE, flags: 0, tag: 0, seq: -1, size: 0 });
+    const socks: net.Socket[] = [];
+    const srv = net.createServer((s) => {
+      socks.push(s);
+      s.on('error', () => {});
+      let got = Buffer.alloc(0);
+      s.on('data', (c: Buffer) => {
+        got = Buffer.concat([got, c]);
+        if (got.length !== HELLO_BYTES) return;
+        const h = decodeHello(got);
+        if (typeof h === 'string') return s.destroy();
+        const ack = encodeHello({ ...h, role: Role.ACK, status: 0 });
+        s.write(h.role === Role.CONTROL ? Buffer.concat([ack, close]) : ack);
+      });
+    });
+    await new Promise<void>((res) => srv.listen(0, '127.0.0.1', () => res()));
+    cleanups.push(() => (socks.forEach((s) => s.destroy()), srv.close()));
+    const port = (srv.address() as net.AddressInfo).port;
+    const handle = padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '127.0.0.1', port }] }));
+    const b = side(BASE);
+    let send = 0;
+    await until(
+      () => {
+        const r = b.call('connect', { ctx: b.ctx, dev: 0, handle });
+        expect(r.result ?? 0).toBe(0);
+        send = r.comm as number;
+        return send > 0;
+      },
+      3000,
+      'connect',
+    );
+    b.attach(send);
+    const s = b.reg(send, 100);
+    expect((await aSendFails(b, send, s.mr, 1)).result).toBe(ResultCode.REMOTE_ERROR);
+    expect(warnings().join('\n')).toMatch(new RegExp(`comm ${send}: the receiver closed the connection`));
+    expect(warnings().join('\n')).not.toMatch(/unexpected bytes/);
   });
 
   it('closing the listen comm leaves the accepted comms working', async () => {
@@ -833,7 +877,7 @@ describe.skipIf(!!missing)('tcp: bad handles', () => {
     await connectFails(b, wrong, 3000);
     expect(a.call('accept', { listen: l.listen })).toEqual({ comm: 0 });
     expect(warnings().some((w) => /refused.*wrong nonce/.test(w))).toBe(true);
-    expect(warnings().some((w) => /^connect: connect to 127\.0\.0\.1: /.test(w))).toBe(true);
+    expect(warnings().some((w) => /^connect: connect to 127\.0\.0\.1(:\d+)?: /.test(w))).toBe(true);
     const c = await handshake(a, b, l.listen, l.handle);
     await transfer({ a, b, ...c, ...l }, [77]);
   });
