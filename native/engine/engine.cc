@@ -256,8 +256,8 @@ bool move(IoThread* t, Lane* l, int dir) {
 // Fills a control lane's receive ring (lock held). Returns true when the budget ran out.
 bool fillRx(IoThread* t, Lane* l) {
   // Stalled: nothing is read (and no new stall counted) until RX_RESUME, however often the
-  // socket becomes readable meanwhile.
-  if (l->rxStalled) return false;
+  // socket becomes readable meanwhile. Ended: the end was reported once; nothing follows it.
+  if (l->rxStalled || l->eof) return false;
   tsn_rx_hdr_t* h = l->rxHdr;
   uint32_t w = h->written;
   uint32_t got = 0;

@@ -38,6 +38,13 @@ export abstract class Endpoint implements LinkEvents {
   readonly stats: CommStats = { messages: 0, bytes: 0 };
   trace: RequestTrace | undefined;
   protected failed: NetError | undefined;
+  /**
+   * The peer will send no more frames: its CLOSE frame was parsed, or its control stream ended
+   * in order. What it sent before is still taken (a receiver delivers it: Receiver.peerEnded).
+   */
+  protected peerDone: NetError | undefined;
+  /** A WARN has named why this comm failed (fail, or the first request refused after it). */
+  private warned = false;
   /** Ring position of the next frame to parse (modulo 2^32). */
   protected parsed = 0;
   private readonly frame: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
@@ -81,17 +88,33 @@ export abstract class Endpoint implements LinkEvents {
   protected rxIo = 0;
 
   onRx(status: number, time = 0, io = 0): void {
-    if (this.failed) return;
+    // After the peer's end nothing more is read from the control lane: a later reset of it (a
+    // frame of ours reaching a socket the peer has closed) takes nothing the ring holds.
+    if (this.failed || this.peerDone) return;
     this.rxTime = time;
     this.rxIo = io;
     this.parseFrames();
-    if (status !== 0 && !this.failed) this.fail(laneError(this.name, status));
+    if (status === 0 || this.failed || this.peerDone) return;
+    if (status !== STATUS_EOF) return this.fail(laneError(this.name, status));
+    // An orderly end without CLOSE (a peer that exited): what it wrote before is whole.
+    const cut = (this.link.rx.written() - this.parsed) >>> 0;
+    const err = laneError(this.name, status);
+    this.peerEnded(cut ? remoteError(`${err.message} inside a frame (${cut} byte(s) of it came)`) : err);
+  }
+
+  /**
+   * The peer will send nothing more (its CLOSE, or its control stream's orderly end). By default
+   * the comm fails; a receiver first delivers what was sent before (Receiver).
+   */
+  protected peerEnded(err: NetError): void {
+    this.fail(err);
   }
 
   /** Periodic: heartbeats and the dead-peer check. */
   tick(now: number, timeoutMs: number): void {
     if (this.failed) return;
-    if (now - this.link.wrote >= timeoutMs / 4) this.link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, NO_OP);
+    // No heartbeat to a peer that has ended: it reads nothing more.
+    if (!this.peerDone && now - this.link.wrote >= timeoutMs / 4) this.link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, NO_OP);
     if (this.pending > 0 && now - this.link.heard > timeoutMs) {
       // Before failing: where the bytes wait, so that a peer that is alive but stuck can be told
       // from one that is gone (the link's sockets, queues and I/O threads, one WARN per lane).
@@ -107,8 +130,9 @@ export abstract class Endpoint implements LinkEvents {
   close(): void {
     const inFlight = this.failed ? 0 : this.cancelPending(invalidUsage(`${this.name}: closed with the request in flight`));
     if (inFlight) log.info(`${this.name}: closed with ${inFlight} ${this.kind}(s) in flight; cancelled`);
-    if (!this.failed) this.link.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP);
+    if (!this.failed && !this.peerDone) this.link.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP);
     this.failed ??= remoteError(`${this.name}: closed`);
+    this.warned = true; // NCCL posts nothing on a closed comm
     this.link.close(true);
   }
 
@@ -116,7 +140,10 @@ export abstract class Endpoint implements LinkEvents {
   fail(err: NetError): void {
     if (this.failed) return;
     this.failed = err;
-    if (this.pending) log.warn(`${err.message}; failing ${this.pending} pending ${this.kind}(s)`);
+    if (this.pending) {
+      log.warn(`${err.message}; failing ${this.pending} pending ${this.kind}(s)`);
+      this.warned = true;
+    }
     // The link first: once a request ends NCCL may reuse its memory, so nothing may touch it then.
     this.link.close(false);
     this.failPending(err);
@@ -124,7 +151,19 @@ export abstract class Endpoint implements LinkEvents {
 
   /** Ends request slot with the error this comm failed with (a request posted after the failure). */
   protected refuse(slot: number, n: number): void {
+    if (!this.warned) {
+      // The failure came with nothing pending: this request is the first to learn of it.
+      this.warned = true;
+      log.warn(`${this.failed!.message}; the comm has failed: this ${this.kind} and every later one fail`);
+    }
     this.complete(slot, this.failed!.code, ZEROS, n);
+  }
+
+  /** The comm has ended for good (the receiver after the sender's end): later requests fail with err. */
+  protected retire(err: NetError, graceful: boolean): void {
+    if (this.failed) return;
+    this.failed = err;
+    this.link.close(graceful);
   }
 
   // Parses every whole frame the ring holds; CLOSE and malformed frames end the link.
@@ -140,9 +179,13 @@ export abstract class Endpoint implements LinkEvents {
       if (total > rx.mask + 1)
         return this.fail(remoteError(`${this.name}: protocol error: a ${f.size}-byte inline payload is larger than the receive ring (${rx.mask + 1} bytes)`));
       if (avail < total) break;
-      if (f.type === FrameType.CLOSE) return this.fail(remoteError(`${this.name}: the ${this.peer} closed the connection`));
       const at = (this.parsed + FRAME_BYTES) >>> 0;
       this.parsed = (this.parsed + total) >>> 0;
+      if (f.type === FrameType.CLOSE) {
+        // The peer's last frame: what came before it stands, nothing after it is read.
+        rx.release(this.keepFrom());
+        return this.peerEnded(remoteError(`${this.name}: the ${this.peer} closed the connection`));
+      }
       if (f.type !== FrameType.HEARTBEAT) this.onFrame(f, at);
       if (this.failed) return;
     }

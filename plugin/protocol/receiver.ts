@@ -11,7 +11,7 @@ import { objectArray } from '../arrays';
 import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
 import type { Region } from '../memory';
-import { type Complete, Endpoint, laneError } from './endpoint';
+import { type Complete, Endpoint, STATUS_EOF, laneError } from './endpoint';
 import { FLAG_EAGER, type Frame, FrameType, copyOut } from './frames';
 import { NO_OP, type StreamLink } from './link';
 import { MAX_ENTRIES, Matcher, type RecvEntry, sizeError } from './matching';
@@ -36,6 +36,8 @@ interface RecvOp {
   active: boolean; // posted and not yet reported
   n: number;
   left: number; // entries whose message has not fully arrived
+  open: number; // entries no message has matched yet
+  taken: number; // bit i: entry i has its message
   regions: (Region | null)[];
   offsets: number[];
   entries: RecvEntry[]; // size (room) and tag per buffer
@@ -116,13 +118,15 @@ export class Receiver extends Endpoint {
   private nextSeq = 0;
   private counter = 0; // stripes expected so far: the lane policy's counter
   private active = 0;
+  private endWarned = false; // settle has WARNed once
+  private lossWarned = false; // a message cut short by its data lane's end has been WARNed
 
   constructor(link: StreamLink, complete: Complete, name: string, slots: number) {
     super(link, complete, name);
     this.recvs = Array.from({ length: slots }, (_, slot) => {
       const entries = Array.from({ length: MAX_ENTRIES }, () => ({ size: 0, tag: 0 }));
       return {
-        slot, gen: 0, active: false, n: 0, left: 0,
+        slot, gen: 0, active: false, n: 0, left: 0, open: 0, taken: 0,
         regions: new Array(MAX_ENTRIES).fill(null), offsets: new Array(MAX_ENTRIES).fill(0),
         entries, views: entries.map((_e, i) => entries.slice(0, i + 1)), got: new Array(MAX_ENTRIES).fill(0), failed: undefined,
       };
@@ -142,6 +146,8 @@ export class Receiver extends Endpoint {
     r.active = true;
     r.n = a.n;
     r.left = a.n;
+    r.open = a.n;
+    r.taken = 0;
     r.failed = undefined;
     for (let i = 0; i < a.n; i++) {
       r.regions[i] = a.regions[i];
@@ -153,6 +159,7 @@ export class Receiver extends Endpoint {
     this.active++;
     this.matcher.post(r, r.views[a.n - 1]);
     this.link.rx.release(this.heldAt()); // copies made in matched() freed ring space
+    if (this.peerDone) this.settle();
   }
 
   /** Host memory needs no flush: the bytes are in place once the receive completed. */
@@ -241,6 +248,8 @@ export class Receiver extends Endpoint {
     m.recvGen = r.gen;
     m.matched = true;
     r.got[i] = m.size;
+    r.open--;
+    r.taken |= 1 << i;
     const room = r.entries[i].size;
     const tooBig = sizeError(m.size, room, m.tag);
     if (tooBig) {
@@ -275,9 +284,64 @@ export class Receiver extends Endpoint {
   onOp(token: number, status: number, time: number, io: number): void {
     const m = this.msgs[token & 0xffff];
     if (!m || !m.live || m.gen !== token >>> 16 || this.failed) return;
-    if (status !== 0) return this.fail(laneError(this.name, status));
-    if (this.trace && m.recv) this.trace.step(m.recv.slot, 'landed', time, io);
+    if (status === STATUS_EOF) {
+      // This stripe's data lane ended before all its bytes came (the send was cancelled by the
+      // sender's close, or the sender died): the message is lost and its receive fails. The
+      // lane's later stripes end the same way; the other lanes go on.
+      // The first such loss of a comm is a WARN, later ones INFO (a close can cut many).
+      const r = m.recv;
+      if (r && r.active && r.gen === m.recvGen && !r.failed) {
+        const err = remoteError(`${this.name}: the sender's data stream ended before message ${m.seq} (tag ${m.tag}, ${m.size} bytes) fully arrived`);
+        if (this.lossWarned) log.info(err.message);
+        this.failRecv(r, err, !this.lossWarned);
+        this.lossWarned = true;
+      }
+    } else if (status !== 0) return this.fail(laneError(this.name, status));
+    else if (this.trace && m.recv) this.trace.step(m.recv.slot, 'landed', time, io);
     if (--m.stripes === 0) this.landed(m);
+    if (this.peerDone) this.settle();
+  }
+
+  /**
+   * The sender will send no more messages (its CLOSE, or its control stream's end). Everything
+   * it sent before is still delivered: eager payloads wait in the receive ring and stripes in
+   * the data sockets (a close sends FIN after the data) until receives take them, posted before
+   * or after this. Only receives that no message is left for fail (settle).
+   */
+  protected override peerEnded(err: NetError): void {
+    if (this.peerDone || this.failed) return;
+    this.peerDone = err;
+    this.settle();
+  }
+
+  /**
+   * After the sender's end: a posted receive that still has an entry no message took can never
+   * complete. It fails (one WARN per comm, then INFO), and is reported once the messages it did
+   * take are consumed (their bytes not yet on their way are dropped). Once nothing is left to
+   * deliver (no message waits, no receive is pending) the comm ends: its link closes and later
+   * receives fail at once.
+   */
+  private settle(): void {
+    const why = this.peerDone!;
+    if (this.failed) return;
+    if (this.matcher.posted > 0) {
+      const stuck: RecvOp[] = [];
+      this.matcher.forEachRecv((r) => stuck.push(r));
+      const tags = new Set<number>();
+      for (const r of stuck) {
+        this.matcher.removeRecv(r);
+        for (let i = 0; i < r.n; i++) if (!(r.taken & (1 << i))) tags.add(r.entries[i].tag);
+        r.left -= r.open;
+        r.open = 0;
+        this.failRecv(r, why, false);
+        if (r.left === 0) this.report(r);
+      }
+      const line = `${why.message}; no message is left for ${stuck.length} pending receive(s) (tag${tags.size === 1 ? '' : 's'} ${[...tags].sort((a, b) => a - b).join(', ')}); failing them`;
+      if (this.endWarned) log.info(line);
+      else log.warn(line);
+      this.endWarned = true;
+    }
+    if (this.active === 0 && this.matcher.waiting === 0) this.retire(remoteError(`${why.message}; every message it sent has been delivered`), true);
   }
 
   // Every byte of m is in place (or dropped).
@@ -286,6 +350,11 @@ export class Receiver extends Endpoint {
     const mine = r.active && r.gen === m.recvGen;
     this.freeMsg(m);
     if (!mine || --r.left > 0) return;
+    this.report(r);
+  }
+
+  // Every message of r has landed (or was dropped): NCCL gets it back.
+  private report(r: RecvOp): void {
     r.active = false;
     this.active--;
     for (let i = 0; i < r.n; i++) r.regions[i] = null;
@@ -294,10 +363,10 @@ export class Receiver extends Endpoint {
 
   // The receive ends in error once every message it took is consumed; bytes of its messages not
   // yet on their way into its buffers are dropped.
-  private failRecv(r: RecvOp, err: NetError): void {
+  private failRecv(r: RecvOp, err: NetError, warn = true): void {
     if (r.failed) return;
     r.failed = err;
-    log.warn(err.message);
+    if (warn) log.warn(err.message);
     for (const m of this.msgs) if (m.live && m.recv === r && m.recvGen === r.gen) m.dest = 0;
   }
 

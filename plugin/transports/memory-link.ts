@@ -77,6 +77,8 @@ class End implements StreamLink {
   private readonly writes: Io[][];
   private readonly reads: Io[][];
   private closed = false;
+  /** The peer's end: EOF (orderly) or ECONNRESET; reads made after it fail with it. */
+  private gone: number | undefined;
   private readonly due: (() => void)[] = [];
   private scheduled = false;
 
@@ -125,6 +127,8 @@ class End implements StreamLink {
 
   read(lane: number, addr: number, len: number, op: number): void {
     if (this.closed) return;
+    const gone = this.gone;
+    if (gone !== undefined) return this.later(() => this.events?.onOp(op, gone, 0, 0));
     this.reads[lane].push({ addr, len, at: 0, op });
     this.peer.moveData(lane);
   }
@@ -141,9 +145,18 @@ class End implements StreamLink {
 
   close(graceful: boolean): boolean {
     if (this.closed) return true;
-    const clean = graceful && !this.frames.some((f) => f.len > 0) && this.writes.every((q) => q.length === 0);
+    // As the engine closes a lane: writes of the caller's memory not yet started are dropped
+    // (their sends were cancelled), frames without a payload (CLOSE, a striped MSG's header)
+    // still go, and a write half done makes it a reset. Frames move whole, so only a data
+    // lane's write can be half done.
+    const clean = graceful && this.writes.every((q) => q.length === 0 || q[0].at === 0);
     // What can still go goes now (before close returns, so no memory is touched later).
-    if (clean) this.moveFrames();
+    if (clean) {
+      const bare = this.frames.filter((f) => f.len === 0);
+      this.frames.length = 0;
+      this.frames.push(...bare);
+      this.moveFrames();
+    }
     this.closed = true;
     this.events = undefined;
     this.frames.length = 0;
@@ -153,11 +166,13 @@ class End implements StreamLink {
     return clean;
   }
 
-  // The peer went away: its end of every lane is gone.
+  // The peer went away: its end of every lane is gone. Every read waiting for its bytes, and
+  // every later one, ends with status, as the engine's reads meet the socket's end.
   private lost(status: number): void {
     if (this.closed) return;
+    this.gone = status;
     this.later(() => this.onRx(status));
-    for (const q of this.reads) if (q.length) this.later(() => this.events?.onOp(q[0].op, status, 0, 0));
+    for (const q of this.reads) for (const r of q.splice(0)) this.later(() => this.events?.onOp(r.op, status, 0, 0));
   }
 
   private onRx(status: number): void {

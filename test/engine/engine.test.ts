@@ -777,6 +777,19 @@ describe.skipIf(!!missing)('engine: the peer goes away', () => {
     expect(Atomics.load(hdr, RX.written / 4)).toBe(100);
     expect(allBytes(new Uint8Array(e.rx!, RX.bytes, 100), 7)).toBe(true);
   });
+
+  it('a control lane: the peer\'s end is reported once; later passes over the lane (its writes still go) read and report nothing more', async () => {
+    const { e, peer } = await half('unix', { rxBytes: 4096 });
+    peer.end();
+    await until(() => e.sink.rx.some((x) => x.status !== 0), 5000, 'the end');
+    const w = new Mem(10);
+    for (let k = 1; k <= 3; k++) {
+      write(e, k, w.addr, 10);
+      await until(() => !!e.sink.of(k), 5000, `write ${k}`);
+      expect(e.sink.of(k)).toMatchObject({ status: 0, value: 10 });
+    }
+    expect(e.sink.rx).toEqual([{ status: STATUS_EOF, value: 0 }]);
+  });
 });
 
 describe.skipIf(!!missing)('engine: ioClose', () => {

@@ -22,7 +22,8 @@ import { Plugin, type PluginHost } from '../../plugin/plugin';
 import { setClock } from '../../plugin/clock';
 import { readConfig } from '../../plugin/config';
 import { makeTransport } from '../../plugin/transports';
-import { HELLO_BYTES, Role, decodeHandle, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
+import { FrameType, encodeFrame } from '../../plugin/protocol/frames';
+import { HELLO_BYTES, Role, decodeHandle, decodeHello, encodeHandle, encodeHello } from '../../plugin/transports/tcp/wire';
 import { type EngineAddon, KiB, MiB, engine, fill, firstDiff, missing, openFds, portOf, turn } from '../engine/helpers';
 import { HAVE_LIBFABRIC } from '../driver/build-driver';
 import { type Allocated, allocatedBy, pluginSites } from '../support/allocation';
@@ -353,6 +354,49 @@ describe.skipIf(!!missing)('tcp: connections', () => {
     expect(c2.recv).not.toBe(c1.recv);
     await transfer({ a, b, ...c1, ...l }, [1000], { seed: 1 });
     await transfer({ a, b, ...c2, ...l }, [200 * KiB], { seed: 2 });
+  });
+
+  it('bytes the accepting side writes right after its ACK belong to the link: connect succeeds, and the send comm gets them', async () => {
+    // A listener that answers every greeting with its ACK and, on the control socket, the link's
+    // first frame in the same write: a CLOSE, as when the accepted comm is closed at once, before
+    // the connector has read its ACK. A greedy read of the ACK took the CLOSE with it and failed
+    // the connect ("24 unexpected bytes after the greeting").
+    const close = encodeFrame({ type: FrameType.CLOSE, flags: 0, tag: 0, seq: -1, size: 0 });
+    const socks: net.Socket[] = [];
+    const srv = net.createServer((s) => {
+      socks.push(s);
+      s.on('error', () => {});
+      let got = Buffer.alloc(0);
+      s.on('data', (c: Buffer) => {
+        got = Buffer.concat([got, c]);
+        if (got.length !== HELLO_BYTES) return;
+        const h = decodeHello(got);
+        if (typeof h === 'string') return s.destroy();
+        const ack = encodeHello({ ...h, role: Role.ACK, status: 0 });
+        s.write(h.role === Role.CONTROL ? Buffer.concat([ack, close]) : ack);
+      });
+    });
+    await new Promise<void>((res) => srv.listen(0, '127.0.0.1', () => res()));
+    cleanups.push(() => (socks.forEach((s) => s.destroy()), srv.close()));
+    const port = (srv.address() as net.AddressInfo).port;
+    const handle = padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '127.0.0.1', port }] }));
+    const b = side(BASE);
+    let send = 0;
+    await until(
+      () => {
+        const r = b.call('connect', { ctx: b.ctx, dev: 0, handle });
+        expect(r.result ?? 0).toBe(0);
+        send = r.comm as number;
+        return send > 0;
+      },
+      3000,
+      'connect',
+    );
+    b.attach(send);
+    const s = b.reg(send, 100);
+    expect((await aSendFails(b, send, s.mr, 1)).result).toBe(ResultCode.REMOTE_ERROR);
+    expect(warnings().join('\n')).toMatch(new RegExp(`comm ${send}: the receiver closed the connection`));
+    expect(warnings().join('\n')).not.toMatch(/unexpected bytes/);
   });
 
   it('closing the listen comm leaves the accepted comms working', async () => {
@@ -833,7 +877,7 @@ describe.skipIf(!!missing)('tcp: bad handles', () => {
     await connectFails(b, wrong, 3000);
     expect(a.call('accept', { listen: l.listen })).toEqual({ comm: 0 });
     expect(warnings().some((w) => /refused.*wrong nonce/.test(w))).toBe(true);
-    expect(warnings().some((w) => /^connect: connect to 127\.0\.0\.1: /.test(w))).toBe(true);
+    expect(warnings().some((w) => /^connect: connect to 127\.0\.0\.1(:\d+)?: /.test(w))).toBe(true);
     const c = await handshake(a, b, l.listen, l.handle);
     await transfer({ a, b, ...c, ...l }, [77]);
   });
@@ -930,6 +974,41 @@ async function aSendFails(b: Side, send: number, mr: number, first: number): Pro
   }
   throw new Error('200 sends after the receiver closed all succeeded');
 }
+
+describe.skipIf(!!missing)('tcp: the sender closes after its sends completed', () => {
+  it('eager and striped messages still reach receives posted before and after the close; then later receives fail with a WARN', async () => {
+    const c = await connected({ TSNET_EAGER_MAX: '1024' });
+    // Eager; striped on one lane; striped on two lanes. Small enough for the socket buffers:
+    // every send completes with no receive posted.
+    const sizes = [100, 64 * KiB + 3, 200 * KiB];
+    const msgs = sizes.map((size, k) => {
+      const s = c.b.reg(c.send, size);
+      fill(s.bytes, 50 + k);
+      const r = c.a.reg(c.recv, size);
+      return { size, s, r };
+    });
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 0, bufs: [[msgs[0].r.mr, 0, sizes[0], 0]] });
+    c.b.post(...msgs.map((m, k) => ({ op: Op.SEND, comm: c.send, slot: k, bufs: [[m.s.mr, 0, m.size, k]] as BufSpec[] })));
+    await until(() => [0, 1, 2].every((k) => c.b.of(c.send, k)), 5000, 'the sends to complete');
+    for (const [k, size] of sizes.entries()) expect(c.b.of(c.send, k)).toMatchObject({ result: 0, sizes: [size] });
+    expect(c.b.close(c.send)).toEqual([]);
+    // The CLOSE and the sockets' ends reach the receiver before its next receives.
+    await idle(100);
+    c.a.post(...[2, 1].map((k) => ({ op: Op.RECV, comm: c.recv, slot: k, bufs: [[msgs[k].r.mr, 0, sizes[k], k]] as BufSpec[] })));
+    await until(() => [0, 1, 2].every((k) => c.a.of(c.recv, k)), 5000, 'the receives');
+    for (const [k, m] of msgs.entries()) {
+      expect(c.a.of(c.recv, k), `receive ${k}`).toMatchObject({ result: 0, sizes: [m.size] });
+      expect(firstDiff(m.r.bytes, m.s.bytes), `bytes of message ${k}`).toBe(-1);
+    }
+    expect(warnings()).toEqual([]);
+    c.a.post({ op: Op.RECV, comm: c.recv, slot: 3, bufs: [[msgs[0].r.mr, 0, 100, 0]] });
+    await until(() => !!c.a.of(c.recv, 3), 1000, 'a later receive to fail');
+    expect(c.a.of(c.recv, 3)!.result).toBe(ResultCode.REMOTE_ERROR);
+    expect(warnings()).toEqual([
+      `comm ${c.recv}: the sender closed the connection; every message it sent has been delivered; the comm has failed: this receive and every later one fail`,
+    ]);
+  });
+});
 
 describe.skipIf(!!missing)('tcp: peers that go away', () => {
   it('the sender\'s comm closed mid-transfer: the pending receive fails within seconds', async () => {

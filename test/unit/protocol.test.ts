@@ -10,6 +10,7 @@ import { monoMs, setClock } from '../../plugin/clock';
 import { FLAG_EAGER, FRAME_BYTES, type Frame, FrameType, readFrame } from '../../plugin/protocol/frames';
 import { type LinkEvents, NO_OP, SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../plugin/protocol/link';
 import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, type SchedulePolicy, stripeCount } from '../../plugin/protocol/policies';
+import { STATUS_EOF } from '../../plugin/protocol/endpoint';
 import { Receiver, newRecvArgs } from '../../plugin/protocol/receiver';
 import { Sender } from '../../plugin/protocol/sender';
 import { CQE_RX, OP_REMOTE } from '../../plugin/engine/records';
@@ -711,7 +712,9 @@ describe('close with requests in flight', () => {
     await p.settle();
     expect(p.sent.length).toBe(3);
     expect(p.received).toEqual([ok(0, 100), { slot: 1, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
-    expect(warnings()).toEqual(['test-recv: the sender closed the connection; failing 1 pending receive(s)']);
+    // The receive for tag 5 can get no message now: it fails. Messages 1 and 2 (tag 1, their
+    // stripes dropped by the close) still wait for a receive.
+    expect(warnings()).toEqual(['test-recv: the sender closed the connection; no message is left for 1 pending receive(s) (tag 5); failing them']);
     // Later requests fail at once; a second close does nothing.
     p.send(3, null, 0);
     expect(p.sent.at(-1)).toEqual({ slot: 3, code: ResultCode.REMOTE_ERROR, sizes: [0] });
@@ -767,6 +770,116 @@ describe('close with requests in flight', () => {
     await p.settle();
     expect(p.received.length + p.sent.length).toBe(16);
     expect(warnings()).toEqual([]);
+  });
+});
+
+// --- The sender's end: what it sent before is still delivered
+
+describe('the sender closes after its sends completed', () => {
+  it('every message it sent reaches its receive, posted before or after the close; then the comm ends, later receives fail with a WARN', async () => {
+    const p = pair({ eagerMax: 1000, lanes: 2, minStripe: 4 * KiB });
+    const src = [p.mem.buf(100, 1), p.mem.buf(200, 2), p.mem.buf(300, 3), p.mem.buf(8000, 4), p.mem.buf(0)];
+    const dst = src.map((b) => p.mem.buf(b.size));
+    p.recv(0, { buf: dst[0], tag: 0 });
+    p.recv(3, { buf: dst[3], tag: 3 }); // striped: complete once read
+    src.forEach((b, k) => p.send(k, b, k));
+    await p.settle();
+    expect(bySlot(p.sent)).toEqual(src.map((b, k) => ok(k, b.size)));
+    expect(bySlot(p.received)).toEqual([ok(0, 100), ok(3, 8000)]);
+    p.sender.close();
+    await p.settle();
+    // The close fails nothing: messages 1, 2 and 4 wait in the receive ring for their receives.
+    expect(p.received.length).toBe(2);
+    expect(p.recvLink.closes).toEqual([]);
+    p.recv(2, { buf: dst[2], tag: 2 });
+    p.recv(1, { buf: dst[1], tag: 1 }, { buf: dst[4], tag: 4 });
+    await p.settle();
+    expect(p.received.slice(2)).toEqual([ok(2, 300), ok(1, 200, 0)]);
+    for (const k of [0, 1, 2, 3]) expectLanded(dst[k], src[k].view, `message ${k}`);
+    expect(warnings()).toEqual([]);
+    // Nothing is left to deliver: the link closes gracefully, without a CLOSE to a sender that
+    // has gone, and a later receive fails at once with a WARN naming why.
+    expect(p.recvLink.closes).toEqual([true]);
+    expect(p.recvLink.frames).toEqual([]);
+    p.recv(4, { buf: p.mem.buf(10), tag: 0 });
+    expect(p.received.at(-1)).toEqual({ slot: 4, code: ResultCode.REMOTE_ERROR, sizes: [0] });
+    expect(warnings()).toEqual(['test-recv: the sender closed the connection; every message it sent has been delivered; the comm has failed: this receive and every later one fail']);
+  });
+
+  it('a receive no message is left for fails once the sender has ended (one WARN per comm), after the messages it took are consumed; the others still arrive', async () => {
+    const p = pair({ eagerMax: 1000 });
+    const src = [p.mem.buf(100, 1), p.mem.buf(100, 2), p.mem.buf(100, 3)];
+    src.forEach((b, k) => p.send(k, b, k)); // tags 0, 1, 2
+    await p.settle();
+    p.sender.close();
+    await p.settle();
+    const g = [p.mem.buf(100), p.mem.buf(100)];
+    p.recv(0, { buf: g[0], tag: 0 }, { buf: g[1], tag: 7 }); // tag 7 never comes
+    p.recv(1, { buf: p.mem.buf(100), tag: 8 }); // nor 8
+    expect(p.received).toEqual([
+      { slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [100, 0] },
+      { slot: 1, code: ResultCode.REMOTE_ERROR, sizes: [0] },
+    ]);
+    expect(warnings()).toEqual(['test-recv: the sender closed the connection; no message is left for 1 pending receive(s) (tag 7); failing them']);
+    expect(infos()).toContain('test-recv: the sender closed the connection; no message is left for 1 pending receive(s) (tag 8); failing them');
+    // Messages 1 and 2 still wait for their receives.
+    const d = [p.mem.buf(100), p.mem.buf(100)];
+    p.recv(2, { buf: d[1], tag: 2 }, { buf: d[0], tag: 1 });
+    await p.settle();
+    expect(p.received.at(-1)).toEqual(ok(2, 100, 100));
+    expectLanded(d[0], src[1].view);
+    expectLanded(d[1], src[2].view);
+    expect(p.recvLink.closes).toEqual([true]);
+  });
+
+  it('a data lane that ends before a stripe came fails only that message; a stripe on another lane still lands', async () => {
+    const r = rawSender({ lanes: 2, minStripe: 4 * KiB, eagerMax: 100 });
+    const d = [r.mem.buf(4096), r.mem.buf(4096)];
+    r.recv(0, { buf: d[0], tag: 0 });
+    r.recv(1, { buf: d[1], tag: 1 });
+    r.raw.frame(FrameType.MSG, 0, 0, 0, 4096, 0, 0, NO_OP); // one stripe, on lane 0
+    r.raw.frame(FrameType.MSG, 0, 1, 1, 4096, 0, 0, NO_OP); // one stripe, on lane 1
+    await r.settle();
+    expect(r.link.reads).toEqual([{ lane: 0, addr: addr(d[0]), len: 4096 }, { lane: 1, addr: addr(d[1]), len: 4096 }]);
+    // The transport reports lane 0's read ended by the socket's end (the engine's EOF status).
+    r.receiver.onOp(r.link.ops[0], STATUS_EOF, 0, 0);
+    await r.settle();
+    expect(r.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [4096] }]);
+    expect(warnings()).toEqual(["test-recv: the sender's data stream ended before message 0 (tag 0, 4096 bytes) fully arrived"]);
+    const src = r.mem.buf(4096, 9);
+    r.raw.write(1, addr(src), 4096, NO_OP);
+    await r.settle();
+    expect(r.received.at(-1)).toEqual(ok(1, 4096));
+    expectLanded(d[1], src.view);
+  });
+
+  it('a striped message whose send the close cancelled: its receive fails (its stripes never come); the link ends gracefully', async () => {
+    const p = pair({ eagerMax: 100, lanes: 2, minStripe: 4 * KiB });
+    p.send(0, p.mem.buf(5000, 1), 0); // no receive yet: its stripes are not sent
+    await p.settle();
+    p.sender.close();
+    expect(p.sent).toEqual([{ slot: 0, code: ResultCode.INVALID_USAGE, sizes: [0] }]);
+    await p.settle();
+    const d = p.mem.buf(5000);
+    p.recv(0, { buf: d, tag: 0 });
+    await p.settle();
+    expect(p.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [5000] }]);
+    expect(warnings()).toEqual(["test-recv: the sender's data stream ended before message 0 (tag 0, 5000 bytes) fully arrived"]);
+    expect(allBytes(d.region.bytes, GUARD_BYTE)).toBe(true);
+    expect(p.recvLink.closes).toEqual([true]);
+  });
+});
+
+describe('a request posted on a comm that failed with nothing pending', () => {
+  it('fails with the comm\'s error and a WARN naming it, once per comm', async () => {
+    const r = rawReceiver();
+    r.raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP);
+    await r.settle();
+    expect(warnings()).toEqual([]); // nothing was pending
+    r.sender.isend(0, null, 0, 0, 0);
+    r.sender.isend(1, null, 0, 0, 0);
+    expect(r.sent).toEqual([0, 1].map((slot) => ({ slot, code: ResultCode.REMOTE_ERROR, sizes: [0] })));
+    expect(warnings()).toEqual(['test-send: the receiver closed the connection; the comm has failed: this send and every later one fail']);
   });
 });
 
@@ -1061,6 +1174,20 @@ function rawReceiver(over: Partial<SchedulePolicy> = {}) {
   return { mem, raw: b, sender, sent, frames, settle: () => settle(() => [sent.length, frames.length]) };
 }
 
+/** A hand-driven sender's receiver with receives of tags 0 and 1+2 pending; act(raw) fails both with REMOTE_ERROR. */
+async function twoPendingFail(act: (raw: StreamLink) => void) {
+  const r = rawSender();
+  r.recv(0, { buf: r.mem.buf(10), tag: 0 });
+  r.recv(1, { buf: r.mem.buf(10), tag: 1 }, { buf: r.mem.buf(10), tag: 2 });
+  act(r.raw);
+  await r.settle();
+  expect(r.received).toEqual([
+    { slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] },
+    { slot: 1, code: ResultCode.REMOTE_ERROR, sizes: [0, 0] },
+  ]);
+  return r;
+}
+
 describe('the receiver against a hand-driven sender', () => {
   it('NACKs a message that does not fit, with its sequence number and the receive\'s size', async () => {
     const r = rawSender();
@@ -1092,24 +1219,30 @@ describe('the receiver against a hand-driven sender', () => {
     ['a NACK', (raw) => raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, NO_OP), 'test-recv: protocol error: unexpected frame type 3 from the sender'],
     ['an inline payload larger than the receive ring', (raw) => raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, MiB, 0, 0, NO_OP),
       'test-recv: protocol error: a 1048576-byte inline payload is larger than the receive ring (262144 bytes)'],
-    ['a CLOSE', (raw) => raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP), 'test-recv: the sender closed the connection'],
     ['a reset', (raw) => raw.close(false), 'test-recv: the peer reset the connection (ECONNRESET)'],
-    ['an orderly end without CLOSE', (raw) => raw.close(true), 'test-recv: the peer closed the connection'],
   ])('%s fails every pending receive with REMOTE_ERROR', async (_what, act, why) => {
-    const r = rawSender();
-    r.recv(0, { buf: r.mem.buf(10), tag: 0 });
-    r.recv(1, { buf: r.mem.buf(10), tag: 1 }, { buf: r.mem.buf(10), tag: 2 });
-    act(r.raw);
-    await r.settle();
-    expect(r.received).toEqual([
-      { slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] },
-      { slot: 1, code: ResultCode.REMOTE_ERROR, sizes: [0, 0] },
-    ]);
+    const r = await twoPendingFail(act);
     expect(warnings()).toEqual([`${why}; failing 2 pending receive(s)`]);
     // The link is closed (hard) and later receives fail at once.
     expect(r.link.closes).toEqual([false]);
     r.recv(2, { buf: null, tag: 0 });
     expect(r.received.at(-1)).toEqual({ slot: 2, code: ResultCode.REMOTE_ERROR, sizes: [0] });
+  });
+
+  it.each<[string, (raw: StreamLink) => void, string]>([
+    ['a CLOSE', (raw) => raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP), 'test-recv: the sender closed the connection'],
+    ['an orderly end without CLOSE', (raw) => raw.close(true), 'test-recv: the peer closed the connection'],
+  ])('%s with no message sent: the pending receives fail with REMOTE_ERROR (one WARN), the link closes gracefully', async (_what, act, why) => {
+    const r = await twoPendingFail(act);
+    expect(warnings()).toEqual([`${why}; no message is left for 2 pending receive(s) (tags 0, 1, 2); failing them`]);
+    // Nothing is left to deliver: the link closes (gracefully) and later receives fail at once,
+    // the first with a WARN naming why.
+    expect(r.link.closes).toEqual([true]);
+    expect(r.link.frames).toEqual([]); // no CLOSE back to a sender that has gone
+    r.recv(2, { buf: null, tag: 0 });
+    r.recv(3, { buf: null, tag: 0 });
+    expect(r.received.slice(2)).toEqual([2, 3].map((slot) => ({ slot, code: ResultCode.REMOTE_ERROR, sizes: [0] })));
+    expect(warnings().slice(1)).toEqual([`${why}; every message it sent has been delivered; the comm has failed: this receive and every later one fail`]);
   });
 
   // DESIGN.md: "nothing may read or write a buffer after NCCL gets it back". A group that fails

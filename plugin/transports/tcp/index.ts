@@ -43,7 +43,11 @@ function adopt(io: TcpIo, socks: net.Socket[], policy: SchedulePolicy, what: str
   return link;
 }
 
-/** Reads the greeting (HELLO_BYTES), then leaves the socket paused with nothing buffered. */
+/**
+ * The listener's side: reads the greeting (HELLO_BYTES), then leaves the socket paused with
+ * nothing buffered. It reads greedily: a connector sends nothing after its greeting before it
+ * has every ACK, so more bytes are a stranger's.
+ */
 function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefined, h?: Hello) => void): void {
   const parts: Buffer[] = [];
   let have = 0;
@@ -230,12 +234,37 @@ class TcpConnector implements Connector {
       // Socket i rides rail i mod rails: a multi-NIC device spreads its sockets over its NICs.
       const rail = h.rails[i % h.rails.length];
       const nic = dev.nics[i % dev.nics.length];
-      const s = net.connect({ host: rail.address, port: rail.port, localAddress: multi ? nic.address : undefined });
+      // The answer is read in place, and not a byte further: the listener's side may write its
+      // first frames (a CLOSE, a heartbeat) as soon as it has its comm, before this side has read
+      // the ACK. Those bytes belong to the link: they stay in the kernel for the engine. (A
+      // greedy read took them with the ACK and failed the connect: "unexpected bytes after the
+      // greeting".)
+      const answer = Buffer.alloc(HELLO_BYTES);
+      let have = 0;
+      const s = net.connect({
+        host: rail.address,
+        port: rail.port,
+        localAddress: multi ? nic.address : undefined,
+        onread: {
+          buffer: () => answer.subarray(have < HELLO_BYTES ? have : 0),
+          callback: (n: number) => {
+            have += n;
+            if (have < HELLO_BYTES) return true;
+            const ack = decodeHello(answer);
+            // After this callback, which stops the reading: the last answer hands the socket over.
+            queueMicrotask(() => {
+              if (typeof ack === 'string') this.onAck(i, rail.address, new Error(ack));
+              else this.onAck(i, rail.address, undefined, ack, h.nonce);
+            });
+            return false; // stops reading before the next byte
+          },
+        },
+      });
       s.setNoDelay(true);
       const greeting = encodeHello({ ...base, role: i === 0 ? Role.CONTROL : Role.DATA, lane: i === 0 ? 0 : i - 1 });
-      s.on('connect', () => {
-        s.write(greeting);
-        readHello(s, timeoutMs, (err, ack) => this.onAck(i, rail.address, err, ack, h.nonce));
+      s.on('connect', () => s.write(greeting));
+      s.on('end', () => {
+        if (have < HELLO_BYTES) this.fail(systemError(`connect to ${rail.address}:${rail.port}: the listener closed socket ${i} before answering`));
       });
       s.on('error', (e) => this.fail(systemError(`connect to ${rail.address}:${rail.port}: ${e.message}`)));
       this.socks.push(s);
@@ -256,14 +285,17 @@ class TcpConnector implements Connector {
     if (!this.taken) this.link?.close(false);
   }
 
-  private onAck(i: number, addr: string, err: Error | undefined, ack: Hello | undefined, nonce: Buffer): void {
+  private onAck(i: number, addr: string, err: Error | undefined, ack?: Hello, nonce?: Buffer): void {
     if (this.failed) return;
     if (err || !ack) return this.fail(systemError(`connect to ${addr}: ${err?.message ?? 'no answer'}`));
-    if (ack.role !== Role.ACK || !ack.nonce.equals(nonce) || ack.status !== 0)
+    if (ack.role !== Role.ACK || !ack.nonce.equals(nonce!) || ack.status !== 0)
       return this.fail(systemError(`connect to ${addr}: the listener refused socket ${i} (status ${ack.status})`));
     if (++this.acked < this.socks.length) return;
     clearTimeout(this.timer);
-    for (const s of this.socks) s.removeAllListeners('error');
+    for (const s of this.socks) {
+      s.removeAllListeners('error');
+      s.removeAllListeners('end');
+    }
     const to = `${this.socks[0].remoteAddress}:${this.socks[0].remotePort}`;
     try {
       this.link = adopt(this.io, this.socks, this.policy, `-> ${to}, ${this.policy.lanes} data socket(s)`, SEND_RING_BYTES);
