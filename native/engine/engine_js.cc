@@ -257,7 +257,11 @@ Napi::Value IoCancel(const Napi::CallbackInfo& info) {
   double base, len;
   if (!l) return env.Undefined();
   if (!number(info, 1, &base) || !number(info, 2, &len)) return fail(env, "ioCancel(lane, base, len) needs numbers");
-  syncSubs(l->port, l->t);
+  // As ioClose: submissions the I/O thread has not taken are not found by the cancel.
+  bool stuck = false;
+  if (!syncSubs(l->port, l->t, &stuck))
+    log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions %s; a cancel misses those", l->t->index, l->id,
+        stuck ? "(it is stuck inside a provider call)" : "within 10 s");
   int reads = 0, writes = 0;
   cancelRange(l, static_cast<size_t>(base), static_cast<size_t>(len), &reads, &writes);
   Napi::Object out = Napi::Object::New(env);
