@@ -15,17 +15,33 @@ export function objectArray<T>(): T[] {
 /** Copies below this many bytes go byte by byte, with no view to allocate. */
 export const COPY_LOOP_BELOW = 256;
 
+type Copy = (dst: Uint8Array, dstOffset: number, src: Uint8Array, srcOffset: number, len: number) => void;
+let ascending: Copy | undefined;
+
 /**
- * Copies len bytes from src at srcOffset to dst at dstOffset. `dst.set(src.subarray(...))`
- * allocates a view per call, about 100 bytes of garbage per small message on the data path
- * (garbage makes young-generation collections, which stop the protocol thread for 0.2-1.2 ms
- * under NCCL: performance.md, item 18); below COPY_LOOP_BELOW bytes a loop is as fast and
- * allocates nothing.
+ * The engine's copy that stores every byte after the ones below it (native/engine/engine_js.cc,
+ * copyAscending); plugin/index.ts sets it. Without it (tests without the engine) copies go
+ * through TypedArray.set.
+ */
+export function setAscendingCopy(fn: Copy | undefined): void {
+  ascending = fn;
+}
+
+/**
+ * Copies len bytes from src at srcOffset to dst at dstOffset (not overlapping), in ascending
+ * address order: the bytes of an eager message go into NCCL's buffer, where the GPU may poll
+ * them while they are written (NCCL's LL and LL128 protocols: a flag at the end of each 8-byte
+ * word or 128-byte line says the bytes before it are there), so no byte may show before those
+ * below it. TypedArray.set does not keep that order (glibc's memcpy), and made wrong results
+ * under LL128 (docs/protocol.md, "Eager copies"). Below COPY_LOOP_BELOW bytes a loop does it and
+ * allocates nothing (`dst.set(src.subarray(...))` made a view per call, about 100 bytes of
+ * garbage per message: performance.md, item 18); above, the engine's copy.
  */
 export function copyBytes(dst: Uint8Array, dstOffset: number, src: Uint8Array, srcOffset: number, len: number): void {
   if (len < COPY_LOOP_BELOW) {
     for (let i = 0; i < len; i++) dst[dstOffset + i] = src[srcOffset + i];
     return;
   }
-  dst.set(src.subarray(srcOffset, srcOffset + len), dstOffset);
+  if (ascending) ascending(dst, dstOffset, src, srcOffset, len);
+  else dst.set(src.subarray(srcOffset, srcOffset + len), dstOffset);
 }

@@ -7,10 +7,12 @@ import { log, setLogSink } from './log';
 import type { Binding } from './native';
 import { Plugin } from './plugin';
 import { makeTransport } from './transports';
+import { setAscendingCopy } from './arrays';
 import { setClock } from './clock';
 
 const binding = (process as unknown as { _linkedBinding(name: string): Binding })._linkedBinding('tsnet');
 setClock(() => binding.monoMs());
+setAscendingCopy(binding.copyAscending);
 
 const debug = (process.env.NCCL_DEBUG ?? '').toUpperCase();
 setLogSink((level, flags, msg) => binding.log(level, flags, msg), debug === 'TRACE');

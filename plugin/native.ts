@@ -33,6 +33,8 @@ export interface Binding extends LaneBinding, OfiBinding {
   now(): number;
   /** Whole ms on CLOCK_MONOTONIC since the binding was loaded (plugin/clock.ts). */
   monoMs(): number;
+  /** Copies len bytes, every store above the one before (plugin/arrays.ts, copyBytes); RangeError out of bounds. */
+  copyAscending(dst: Uint8Array, dstOffset: number, src: Uint8Array, srcOffset: number, len: number): void;
   /** CPU µs of the calling thread. */
   threadCpu(): number;
   /** µs the calling protocol thread spent in turns and control calls (not polling, not asleep). */

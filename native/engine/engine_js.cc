@@ -5,6 +5,7 @@
 #define NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
 #include <errno.h>
 #include <fcntl.h>
+#include <immintrin.h>
 #include <napi.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -452,10 +453,47 @@ Napi::Value MonoMs(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>((nowNs() - g_monoOrigin) / 1'000'000));
 }
 
+// Copies n bytes from s to d (not overlapping) with every store above the one before: 16-byte
+// stores, aligned on the destination, and single bytes at the ends. x86 makes ordinary stores
+// visible in program order, so a reader that sees a byte sees every byte below it. glibc's
+// memcpy (what TypedArray.set comes to) keeps no such order: it stores a copy's head after its
+// body, and from 2 KiB on uses rep movsb, whose stores may become visible out of order. NCCL's
+// LL and LL128 protocols take the flag at the end of each 8-byte word or 128-byte line as the
+// sign that the bytes before it are there; where tsnet copies an eager message into NCCL's host
+// buffer, a flag seen before its data gave wrong results (docs/protocol.md, "Eager copies").
+// Loop patterns must not become memcpy calls here.
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) static void copyAscending(uint8_t* d, const uint8_t* s, size_t n) {
+  while (n && (reinterpret_cast<uintptr_t>(d) & 15)) {
+    *d++ = *s++;
+    n--;
+  }
+  for (; n >= 16; n -= 16, d += 16, s += 16) _mm_store_si128(reinterpret_cast<__m128i*>(d), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
+  while (n--) *d++ = *s++;
+}
+
+// copyAscending(dst, dstOffset, src, srcOffset, len): copyAscending between two Uint8Arrays
+// (plugin/arrays.ts, copyBytes). Out of range: a RangeError, nothing copied.
+static Napi::Value CopyAscending(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 5 || !info[0].IsTypedArray() || !info[2].IsTypedArray())
+    return fail(env, "copyAscending(dst, dstOffset, src, srcOffset, len) needs two Uint8Arrays");
+  Napi::Uint8Array dst = info[0].As<Napi::Uint8Array>();
+  Napi::Uint8Array src = info[2].As<Napi::Uint8Array>();
+  double dOff = info[1].As<Napi::Number>().DoubleValue();
+  double sOff = info[3].As<Napi::Number>().DoubleValue();
+  double len = info[4].As<Napi::Number>().DoubleValue();
+  if (!(dOff >= 0 && sOff >= 0 && len >= 0 && dOff + len <= static_cast<double>(dst.ElementLength()) &&
+        sOff + len <= static_cast<double>(src.ElementLength())))
+    return fail(env, "copyAscending: range out of bounds", true);
+  copyAscending(dst.Data() + static_cast<size_t>(dOff), src.Data() + static_cast<size_t>(sOff), static_cast<size_t>(len));
+  return env.Undefined();
+}
+
 void engineRegister(napi_env env, napi_value exports) {
   Napi::Env e(env);
   Napi::Object o(env, exports);
   o.Set("monoMs", Napi::Function::New(e, MonoMs, "monoMs"));
+  o.Set("copyAscending", Napi::Function::New(e, CopyAscending, "copyAscending"));
   o.Set("ioStart", Napi::Function::New(e, IoStart, "ioStart"));
   o.Set("ioPort", Napi::Function::New(e, IoPort, "ioPort"));
   o.Set("ioAdopt", Napi::Function::New(e, IoAdopt, "ioAdopt"));

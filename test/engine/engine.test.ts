@@ -1261,6 +1261,38 @@ describe.skipIf(!!missing)('engine: two protocol threads in one process (setThre
   });
 });
 
+describe.skipIf(!!missing)('engine: copyAscending (eager copies into NCCL buffers)', () => {
+  it('copies like TypedArray.set at every alignment and length up to 300 bytes, and 64 KiB + 7; nothing outside the range', () => {
+    const src = new Uint8Array(70 * KiB);
+    fill(src, 11);
+    for (const len of [...Array.from({ length: 301 }, (_v, i) => i), 64 * KiB + 7])
+      for (let so = 0; so < 16; so += len > 300 ? 5 : 1)
+        for (let dof = 0; dof < 16; dof += len > 300 ? 3 : 1) {
+          const dst = new Uint8Array(len + 64).fill(0xa5);
+          const want = dst.slice();
+          want.set(src.subarray(so, so + len), dof + 16);
+          A.copyAscending(dst, dof + 16, src, so, len);
+          if (firstDiff(dst, want) !== -1) throw new Error(`len ${len}, src offset ${so}, dst offset ${dof}: byte ${firstDiff(dst, want)} differs`);
+        }
+    // A view's own offset counts (Uint8Array over part of a buffer).
+    const buf = new Uint8Array(256).fill(0);
+    A.copyAscending(buf.subarray(100), 3, src, 0, 20);
+    expect(Array.from(buf.subarray(103, 123))).toEqual(Array.from(src.subarray(0, 20)));
+    expect(buf[102]).toBe(0);
+    expect(buf[123]).toBe(0);
+  });
+
+  it('refuses a range out of bounds with a RangeError, copying nothing', () => {
+    const src = new Uint8Array(100).fill(7);
+    const dst = new Uint8Array(100);
+    expect(() => A.copyAscending(dst, 50, src, 0, 51)).toThrow(RangeError);
+    expect(() => A.copyAscending(dst, 0, src, 60, 41)).toThrow(RangeError);
+    expect(() => A.copyAscending(dst, -1, src, 0, 10)).toThrow(RangeError);
+    expect(dst.every((b) => b === 0)).toBe(true);
+    expect(() => A.copyAscending(dst, 0, [1, 2] as unknown as Uint8Array, 0, 1)).toThrow(TypeError);
+  });
+});
+
 describe.skipIf(!!missing)('engine: figures (printed, never asserted)', () => {
   it('throughput, one and four lane pairs, 16 MiB ops; small-op rate, 64 B writes and reads', async () => {
     const lines: string[] = [];

@@ -18,6 +18,7 @@ export const ADDON = process.env.TSNET_TEST_ENGINE ? path.resolve(process.env.TS
 export interface EngineAddon extends LaneBinding {
   /** The plugin's clock as the binding gives it inside NCCL (plugin/clock.ts). */
   monoMs(): number;
+  copyAscending(dst: Uint8Array, dstOffset: number, src: Uint8Array, srcOffset: number, len: number): void;
   setThread(index: number): void;
   setVerbose(on: boolean): void;
   ioTrace(on: boolean): void;
