@@ -24,11 +24,6 @@ import { deviceRails, nicOf } from './policy/rails';
 /** The engine's answer to ofiOpen, read once per process (thread 0 logs it). */
 export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
 
-// Requests are tracked per slot (NCCL's pool) to tell which use a region. The buffers a request
-// is described by are reused per slot and buffer count: the RDMA comms copy what they need
-// before isend/irecv/iflush returns, and NCCL reuses a slot only after its request ended. A new
-// object and array per request, and a Map of them, made about 750 bytes of garbage per message
-// (performance.md, item 18).
 /**
  * Deregistering memory that requests in flight use lets them end first: for as long as the
  * comm's requests keep ending, until none of them did for DRAIN_MS, and DRAIN_MAX_MS at most
@@ -39,6 +34,11 @@ export const DRAIN_MS = 50;
 export const DRAIN_MAX_MS = 2000;
 const pause = new Int32Array(new SharedArrayBuffer(4));
 
+// Requests are tracked per slot (NCCL's pool) to tell which use a region. The buffers a request
+// is described by are reused per slot and buffer count: the RDMA comms copy what they need
+// before isend/irecv/iflush returns, and NCCL reuses a slot only after its request ended. A new
+// object and array per request, and a Map of them, made about 750 bytes of garbage per message
+// (performance.md, item 18).
 export class Wrapped {
   readonly stats: CommStats = { messages: 0, bytes: 0 };
   /** Per slot: the buffers of its request in flight, or undefined. */
@@ -91,7 +91,7 @@ export class Wrapped {
 
   /**
    * RDMA cannot take back what the peer was told of a buffer (its address and key). Requests in
-   * flight on the region first get DRAIN_MS to end (completions are taken meanwhile): the
+   * flight on the region first get to end (drain: completions are taken meanwhile), so that the
    * peer's writes already on their way land while the memory is still registered. Those still
    * in flight then end the comm, so that nothing waits on memory NCCL takes back.
    */
