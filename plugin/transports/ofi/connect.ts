@@ -20,9 +20,9 @@ const RESEND_MS = 500;
 export const connectKey = (c: Connect): string => `${Buffer.from(c.names[0]).toString('hex')}/${c.comm}/${c.connectorNonce}`;
 
 /**
- * A CONNECT that came again after its comm was made: its ACCEPT was lost or is late, and the
- * connector asks again. The comm answers again, whether or not its listener is still open
- * (NCCL closes a listener as soon as accept returned). Else: undefined.
+ * Whether c repeats a CONNECT whose comm was made (its ACCEPT was lost or is late, and the
+ * connector asks again): then that comm answers again, unless it failed, whether or not its
+ * listener is still open (NCCL closes a listener as soon as accept returned).
  */
 export function answerAgain(ep: OfiEndpoint, c: Connect): boolean {
   const known = ep.accepted.get(connectKey(c));
