@@ -1371,17 +1371,34 @@ async function pingPongGarbage(env: Env = {}): Promise<number> {
   };
   // The clock as inside NCCL (the engine's whole ms, no allocation), not the tests' performance.now().
   const clock = setClock(() => A.monoMs());
-  let a: Allocated;
-  try {
-    for (let i = 0; i < 3000; i++) round(); // compiled
-    a = await allocatedBy(() => {
+  const pluginBytes = (x: Allocated) => x.sites.filter(([site]) => site.includes('plugin/')).reduce((t, [, b]) => t + b, 0);
+  const window = () =>
+    allocatedBy(() => {
       for (let i = 0; i < rounds; i++) round();
     });
+  let a: Allocated;
+  let mine: number;
+  let first = '';
+  try {
+    for (let i = 0; i < 3000; i++) round(); // compiled
+    a = await window();
+    mine = pluginBytes(a);
+    // On a loaded machine V8 may still be compiling the posting functions when the window
+    // starts: they then box a number or two per call (16-33 bytes per message at isend, irecv
+    // and the eager send, once in four clean runs on 2 cores). The lower of two windows is the
+    // steady state; code that allocates per message does so in both.
+    if (mine / (2 * rounds) >= 12) {
+      first = ` (first window: ${(mine / (2 * rounds)).toFixed(0)})`;
+      const b = await window();
+      if (pluginBytes(b) < mine) {
+        a = b;
+        mine = pluginBytes(b);
+      }
+    }
   } finally {
     setClock(clock);
   }
-  const mine = a.sites.filter(([site]) => site.includes('plugin/')).reduce((t, [, b]) => t + b, 0);
-  console.log(`${env.TSNET_TRANSPORT ?? 'tcp'}: ${(mine / (2 * rounds)).toFixed(0)} bytes per message\n  ${pluginSites(a, 2 * rounds).slice(0, 6).join('\n  ')}`);
+  console.log(`${env.TSNET_TRANSPORT ?? 'tcp'}: ${(mine / (2 * rounds)).toFixed(0)} bytes per message${first}\n  ${pluginSites(a, 2 * rounds).slice(0, 6).join('\n  ')}`);
   return mine / (2 * rounds);
 }
 
