@@ -36,7 +36,6 @@ interface RecvOp {
   active: boolean; // posted and not yet reported
   n: number;
   left: number; // entries whose message has not fully arrived
-  open: number; // entries no message has matched yet
   taken: number; // bit i: entry i has its message
   regions: (Region | null)[];
   offsets: number[];
@@ -126,7 +125,7 @@ export class Receiver extends Endpoint {
     this.recvs = Array.from({ length: slots }, (_, slot) => {
       const entries = Array.from({ length: MAX_ENTRIES }, () => ({ size: 0, tag: 0 }));
       return {
-        slot, gen: 0, active: false, n: 0, left: 0, open: 0, taken: 0,
+        slot, gen: 0, active: false, n: 0, left: 0, taken: 0,
         regions: new Array(MAX_ENTRIES).fill(null), offsets: new Array(MAX_ENTRIES).fill(0),
         entries, views: entries.map((_e, i) => entries.slice(0, i + 1)), got: new Array(MAX_ENTRIES).fill(0), failed: undefined,
       };
@@ -146,7 +145,6 @@ export class Receiver extends Endpoint {
     r.active = true;
     r.n = a.n;
     r.left = a.n;
-    r.open = a.n;
     r.taken = 0;
     r.failed = undefined;
     for (let i = 0; i < a.n; i++) {
@@ -248,7 +246,6 @@ export class Receiver extends Endpoint {
     m.recvGen = r.gen;
     m.matched = true;
     r.got[i] = m.size;
-    r.open--;
     r.taken |= 1 << i;
     const room = r.entries[i].size;
     const tooBig = sizeError(m.size, room, m.tag);
@@ -330,9 +327,12 @@ export class Receiver extends Endpoint {
       const tags = new Set<number>();
       for (const r of stuck) {
         this.matcher.removeRecv(r);
-        for (let i = 0; i < r.n; i++) if (!(r.taken & (1 << i))) tags.add(r.entries[i].tag);
-        r.left -= r.open;
-        r.open = 0;
+        // Entries no message took will never be filled: they leave the count of those to come.
+        for (let i = 0; i < r.n; i++)
+          if (!(r.taken & (1 << i))) {
+            tags.add(r.entries[i].tag);
+            r.left--;
+          }
         this.failRecv(r, why, false);
         if (r.left === 0) this.report(r);
       }
