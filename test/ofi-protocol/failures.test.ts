@@ -235,15 +235,21 @@ describe('close with requests in flight', () => {
     expect(warns).toEqual([]);
   });
 
-  it('an ACCEPT whose send fails: the connector asks again and the same receive comm answers', () => {
+  /** A connect whose ACCEPT send fails (status, the provider's words): the receive comm made for it, and the connector still waiting. */
+  function lostAccept(status: number, error: string) {
     const w = new World({ timeoutMs: 2000 });
     const l = w.b.ep.listen();
-    w.b.host.rails[0].failNext({ type: 'send', status: -125, error: 'fake provider: connection dropped' });
+    w.b.host.rails[0].failNext({ type: 'send', status, error });
     const c = w.a.ep.connect(l.handle);
     w.settle();
     expect(c.poll(w.a.complete)).toBeUndefined();
     const recv = l.accept(w.b.complete); // made for the first CONNECT, its ACCEPT lost
     expect(recv).toBeDefined();
+    return { w, l, c, recv };
+  }
+
+  it('an ACCEPT whose send fails: the connector asks again and the same receive comm answers', () => {
+    const { w, l, c, recv } = lostAccept(-125, 'fake provider: connection dropped');
     w.now += 501; // no answer: CONNECT again
     expect(c.poll(w.a.complete)).toBeUndefined();
     w.settle();
@@ -255,13 +261,7 @@ describe('close with requests in flight', () => {
   });
 
   it('an ACCEPT whose send fails, its listener closed once accept returned (as NCCL does): the repeated CONNECT still gets the ACCEPT', () => {
-    const w = new World({ timeoutMs: 2000 });
-    const l = w.b.ep.listen();
-    w.b.host.rails[0].failNext({ type: 'send', status: -107, error: 'fake provider: transport endpoint is not connected' });
-    const c = w.a.ep.connect(l.handle);
-    w.settle();
-    const recv = l.accept(w.b.complete);
-    expect(recv).toBeDefined();
+    const { w, l, c, recv } = lostAccept(-107, 'fake provider: transport endpoint is not connected');
     l.close();
     w.now += 501; // no answer: CONNECT again, to a listener that is closed
     expect(c.poll(w.a.complete)).toBeUndefined();
