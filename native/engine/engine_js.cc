@@ -457,7 +457,7 @@ Napi::Value MonoMs(const Napi::CallbackInfo& info) {
 // stores, aligned on the destination, and single bytes at the ends. x86 makes ordinary stores
 // visible in program order, so a reader that sees a byte sees every byte below it. glibc's
 // memcpy (what TypedArray.set comes to) keeps no such order: it stores a copy's head after its
-// body, and from 2 KiB on uses rep movsb, whose stores may become visible out of order. NCCL's
+// body, and above a few KiB (its rep_movsb_threshold) uses rep movsb, whose stores may become visible out of order. NCCL's
 // LL and LL128 protocols take the flag at the end of each 8-byte word or 128-byte line as the
 // sign that the bytes before it are there; where tsnet copies an eager message into NCCL's host
 // buffer, a flag seen before its data gave wrong results (docs/protocol.md, "Eager copies").
