@@ -517,7 +517,7 @@ tsn_result_t jsAttachComm(Comm* comm) {
   return rc;
 }
 
-tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr) {
+tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr, int fd, uint64_t offset) {
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
   Napi::Object a = Napi::Object::New(env), out;
@@ -525,6 +525,10 @@ tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr) {
   a.Set("type", type);
   a.Set("size", static_cast<double>(size));
   a.Set("base", static_cast<double>(reinterpret_cast<uintptr_t>(data)));
+  if (fd >= 0) {
+    a.Set("fd", fd);
+    a.Set("offset", static_cast<double>(offset));  // below the address, so exact below 2^53
+  }
   // Host memory: a view of NCCL's memory, no copy; detached again at deregMr. GPU memory gets
   // none: JavaScript must never touch it.
   Napi::ArrayBuffer ab;

@@ -32,7 +32,8 @@ tsn_result_t jsConnect(uint32_t ctxId, int dev, int trafficClass, const void* ha
 tsn_result_t jsAccept(uint32_t listenId, uint32_t* commId);
 // A new comm's slot states are shared with the plugin.
 tsn_result_t jsAttachComm(Comm* comm);
-tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr);
+// fd >= 0: regMrDmaBuf, the region is the DMA-BUF fd's bytes from offset (valid during the call).
+tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr, int fd = -1, uint64_t offset = 0);
 tsn_result_t jsDeregMr(Comm* comm, Mr* mr);
 tsn_result_t jsCloseComm(Comm* comm);
 tsn_result_t jsCloseListen(uint32_t listenId);

@@ -254,13 +254,15 @@ static Comm* anyComm(void* comm) {
   return (c && (c->magic == kMagicSend || c->magic == kMagicRecv)) ? c : nullptr;
 }
 
-tsn_result_t tsn_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+// regMr, and regMrDmaBuf with fd >= 0.
+static tsn_result_t regMr(const char* what, void* comm, void* data, size_t size, int type, int fd, uint64_t offset,
+                          void** mhandle) {
   Comm* c = anyComm(comm);
-  if (!c) FAIL(TSN_INVALID_ARGUMENT, "regMr: %p is not a send or receive comm", comm);
-  if (!mhandle) FAIL(TSN_INVALID_ARGUMENT, "regMr: mhandle is NULL");
-  if (!data && size) FAIL(TSN_INVALID_ARGUMENT, "regMr: data is NULL with size %zu", size);
+  if (!c) FAIL(TSN_INVALID_ARGUMENT, "%s: %p is not a send or receive comm", what, comm);
+  if (!mhandle) FAIL(TSN_INVALID_ARGUMENT, "%s: mhandle is NULL", what);
+  if (!data && size) FAIL(TSN_INVALID_ARGUMENT, "%s: data is NULL with size %zu", what, size);
   Mr* mr = new Mr{kMagicMr, 0, static_cast<char*>(data), size, c, nullptr};
-  tsn_result_t rc = hostCall(c->thread, [&] { return jsRegMr(c, data, size, type, mr); });
+  tsn_result_t rc = hostCall(c->thread, [&] { return jsRegMr(c, data, size, type, mr, fd, offset); });
   if (rc != TSN_SUCCESS) {
     mr->magic = kMagicDead;
     delete mr;
@@ -268,6 +270,20 @@ tsn_result_t tsn_reg_mr(void* comm, void* data, size_t size, int type, void** mh
   }
   *mhandle = mr;
   return TSN_SUCCESS;
+}
+
+tsn_result_t tsn_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  return regMr("regMr", comm, data, size, type, -1, 0, mhandle);
+}
+
+// NCCL passes a DMA-BUF fd only where getProperties offered NCCL_PTR_DMABUF, and closes it when
+// this returns: the transport registers through it during the call.
+tsn_result_t tsn_reg_mr_dma_buf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  if (fd < 0) FAIL(TSN_INVALID_ARGUMENT, "regMrDmaBuf: fd %d is not a file descriptor", fd);
+  if (offset > reinterpret_cast<uintptr_t>(data))
+    FAIL(TSN_INVALID_ARGUMENT, "regMrDmaBuf: offset %llu is larger than the address %p: the DMA-BUF would start below 0",
+         static_cast<unsigned long long>(offset), data);
+  return regMr("regMrDmaBuf", comm, data, size, type, fd, offset, mhandle);
 }
 
 tsn_result_t tsn_dereg_mr(void* comm, void* mhandle) {

@@ -17,6 +17,18 @@ export interface Region {
   /** libfabric with TSNET_OFI_GPU_IPC: plain registrations for operations with this process itself. */
   localRegs?: unknown[];
   dev: number;
+  /**
+   * regMrDmaBuf: the region is the DMA-BUF fd's bytes from offset. The fd is NCCL's, valid only
+   * during the registration call (NCCL closes it after): transports register through it then,
+   * and never keep it.
+   */
+  dmabuf?: DmaBuf;
+}
+
+/** A DMA-BUF file descriptor and the region's offset within it (regMrDmaBuf). */
+export interface DmaBuf {
+  fd: number;
+  offset: number;
 }
 
 export class Regions {

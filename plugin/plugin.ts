@@ -86,6 +86,11 @@ interface Comm {
 const ID_STEP = 16;
 
 const PTR_NAMES: Record<number, string> = { [PtrKind.HOST]: 'host', [PtrKind.CUDA]: 'CUDA', [PtrKind.DMABUF]: 'dma-buf' };
+/** "host, CUDA" for a ptrSupport value. */
+function ptrNames(bits: number): string {
+  const names = [PtrKind.HOST, PtrKind.CUDA, PtrKind.DMABUF].filter((b) => bits & b).map((b) => PTR_NAMES[b]);
+  return names.length ? names.join(', ') : 'no';
+}
 
 export class Plugin {
   // Ids are unique in the process: thread k hands out k+1, k+1+16, ... (log lines name comms).
@@ -427,24 +432,39 @@ export class Plugin {
       return {};
     },
 
+    // regMr, and regMrDmaBuf (fd and offset given).
     regMr: (a) => {
       const t = this.started();
       const comm = this.need(this.comms, a.comm, 'comm');
       const type = a.type as number;
-      if (!(type & t.traits.ptrSupport) || type & ~t.traits.ptrSupport)
+      const fd = a.fd as number | undefined;
+      const what = fd === undefined ? 'regMr' : 'regMrDmaBuf';
+      const support = t.traits.ptrSupport;
+      if (!(type & support) || type & ~support)
         throw invalidArgument(
-          `regMr: memory type 0x${type.toString(16)} (${PTR_NAMES[type] ?? 'unknown'}) is not supported; ` +
-            `tsnet registers ${PTR_NAMES[t.traits.ptrSupport]} memory (0x${t.traits.ptrSupport.toString(16)})`,
+          `${what}: memory type 0x${type.toString(16)} (${PTR_NAMES[type] ?? 'unknown'}) is not supported; ` +
+            `tsnet registers ${ptrNames(support)} memory (0x${support.toString(16)})`,
         );
+      if (fd !== undefined && !(support & PtrKind.DMABUF))
+        throw invalidArgument(
+          `regMrDmaBuf: tsnet over ${this.config!.transport} registers no memory through DMA-BUF here ` +
+            `(ptrSupport 0x${support.toString(16)}: ${ptrNames(support)}); the INFO lines at init say why`,
+        );
+      if (fd !== undefined && type !== PtrKind.CUDA)
+        throw invalidArgument(`regMrDmaBuf: memory type 0x${type.toString(16)} (${PTR_NAMES[type] ?? 'unknown'}): a DMA-BUF is registered as GPU memory (CUDA, 0x2)`);
       const id = this.id();
       // GPU memory comes without a view: JavaScript never touches it.
       const region = this.regions.add(id, comm.id, (a.buffer as ArrayBuffer | undefined) ?? null, a.base as number, a.size as number);
       region.dev = comm.dev;
+      // NCCL closes the fd once this returns: the transport registers through it now, never later.
+      if (fd !== undefined) region.dmabuf = { fd, offset: a.offset as number };
       try {
         t.register?.(region, comm.dev);
       } catch (e) {
         this.regions.delete(id);
         throw e;
+      } finally {
+        region.dmabuf = undefined;
       }
       return { mr: id };
     },

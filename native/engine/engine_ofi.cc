@@ -344,7 +344,7 @@ Lane* ownOfiLane(const Napi::CallbackInfo& info, const char* fn) {
   return l;
 }
 
-// ofiOpen({ provider, hmem, cudaApi, autoProgress }) -> { version, progress, nics: [...] }: loads libfabric
+// ofiOpen({ provider, hmem, cudaApi, dmabuf, autoProgress }) -> { version, progress, nics: [...] }: loads libfabric
 // and finds the NICs, once per process (later calls answer the first result). Throws with the
 // reason when libfabric is missing or offers nothing that qualifies.
 Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
@@ -358,6 +358,7 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     if (a.Get("provider").IsString()) o.provider = a.Get("provider").As<Napi::String>().Utf8Value();
     o.hmem = a.Get("hmem").ToBoolean().Value();
     o.cudaApi = a.Get("cudaApi").ToBoolean().Value();
+    o.dmabuf = a.Get("dmabuf").ToBoolean().Value();
     if (a.Get("autoProgress").IsBoolean()) o.autoProgress = a.Get("autoProgress").ToBoolean().Value();
     std::vector<OfiNic> nics = ofiDiscover(o, &why, &g_progress);
     if (nics.empty()) return fail(env, why, TSN_SYSTEM_ERROR);
@@ -380,6 +381,8 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     o.Set("hmem", n.hmem);
     o.Set("hmemWhy", n.hmemWhy);
     o.Set("noCudaApi", n.noCudaApi);
+    o.Set("dmabuf", n.dmabuf);
+    o.Set("dmabufWhy", n.dmabufWhy);
     o.Set("mixedIov", n.mixedIov);
     o.Set("virtAddr", n.virtAddr);
     o.Set("mrLocal", n.mrLocal);
@@ -481,15 +484,18 @@ Napi::Object mrAnswer(Napi::Env env, uint32_t id, OfiMr* mr) {
   // The remote address of the region's first byte; others follow by offset.
   out.Set("remoteBase", static_cast<double>(mr->remoteAddr(mr->base())));
   out.Set("ipc", mr->ipc());
+  out.Set("dmabuf", mr->dmabuf());
   out.Set("device", mr->device());  // GPU ordinal, -1 for host memory
   if (!mr->ipcWhy().empty()) out.Set("ipcWhy", mr->ipcWhy());
   return out;
 }
 
-// ofiRegMr(lane, addr, len, cuda, ipc) -> { mr, keyLo, keyHi, key, remoteBase, ipc, device, ipcWhy? }:
-// registers memory on the lane's NIC (and endpoint, where the provider binds regions to
-// endpoints); ipc: CUDA memory with FI_HMEM_DEVICE_ONLY (OfiMemType::kCudaIpc), unless legacy
-// CUDA IPC cannot export it: then a plain registration, ipc false and ipcWhy.
+// ofiRegMr(lane, addr, len, cuda, ipc, fd, offset) -> { mr, keyLo, keyHi, key, remoteBase, ipc, dmabuf,
+// device, ipcWhy? }: registers memory on the lane's NIC (and endpoint, where the provider binds
+// regions to endpoints); ipc: CUDA memory with FI_HMEM_DEVICE_ONLY (OfiMemType::kCudaIpc), unless
+// legacy CUDA IPC cannot export it: then a plain registration, ipc false and ipcWhy. fd (a
+// number, not undefined): the region is the DMA-BUF fd's bytes from offset (FI_MR_DMABUF); the
+// fd is not kept.
 Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Lane* l = ownOfiLane(info, "ofiRegMr");
@@ -498,10 +504,21 @@ Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
   bool cuda = info.Length() > 3 && info[3].ToBoolean().Value();
   bool ipc = cuda && info.Length() > 4 && info[4].ToBoolean().Value();
   if (addr <= 0 || len < 0) return fail(env, "ofiRegMr(lane, addr, len, cuda) needs an address and a length");
+  OfiDmaBuf dmabuf;
+  bool viaDmaBuf = info.Length() > 5 && info[5].IsNumber();
+  if (viaDmaBuf) {
+    double fd = num(info, 5), offset = info.Length() > 6 ? num(info, 6) : 0;
+    if (fd < 0 || fd > INT32_MAX || fd != static_cast<int>(fd) || !(offset >= 0) || offset > addr)
+      return fail(env, "ofiRegMr: DMA-BUF fd " + std::to_string(fd) + " and offset " + std::to_string(offset) +
+                           " need a descriptor and an offset within the address");
+    dmabuf.fd = static_cast<int>(fd);
+    dmabuf.offset = static_cast<uint64_t>(offset);
+  }
   OfiError err;
   std::unique_ptr<OfiMr> mr = OfiMr::reg(l->ofi->domain(), reinterpret_cast<void*>(static_cast<uintptr_t>(addr)),
                                          static_cast<size_t>(len),
-                                         ipc ? OfiMemType::kCudaIpc : cuda ? OfiMemType::kCuda : OfiMemType::kHost, l->ofi, &err);
+                                         ipc ? OfiMemType::kCudaIpc : cuda ? OfiMemType::kCuda : OfiMemType::kHost, l->ofi, &err,
+                                         viaDmaBuf ? &dmabuf : nullptr);
   if (!mr) return fail(env, err.text, err.result);
   OfiMr* m = mr.release();
   uint32_t id = addMr(m);

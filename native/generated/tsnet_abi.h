@@ -449,7 +449,7 @@ typedef struct tsn_net_v6 {
   tsn_result_t (*connect)(int dev, void* handle, void** sendComm); /* Connects to a listener's handle; NULL comm = not yet. */
   tsn_result_t (*accept)(void* listenComm, void** recvComm); /* Accepts a connection; NULL comm = not yet. */
   tsn_result_t (*regMr)(void* comm, void* data, int size, int type, void** mhandle); /* Registers memory with an int size. */
-  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers dma-buf memory. NULL in tsnet. */
+  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers memory through a DMA-BUF fd (offset: the region's within it). */
   tsn_result_t (*deregMr)(void* comm, void* mhandle); /* Deregisters memory. */
   tsn_result_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle, void** request); /* Posts a send with an int size; NULL request = try later. */
   tsn_result_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request); /* Posts n receives with int sizes. */
@@ -471,7 +471,7 @@ typedef struct tsn_net_v7 {
   tsn_result_t (*connect)(int dev, void* handle, void** sendComm, tsn_dev_handle_t** sendDevComm); /* Connects, with a device handle. */
   tsn_result_t (*accept)(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm); /* Accepts, with a device handle. */
   tsn_result_t (*regMr)(void* comm, void* data, int size, int type, void** mhandle); /* Registers memory with an int size. */
-  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers dma-buf memory. NULL in tsnet. */
+  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers memory through a DMA-BUF fd (offset: the region's within it). */
   tsn_result_t (*deregMr)(void* comm, void* mhandle); /* Deregisters memory. */
   tsn_result_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle, void** request); /* Posts a send with an int size; NULL request = try later. */
   tsn_result_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request); /* Posts n receives with int sizes. */
@@ -495,7 +495,7 @@ typedef struct tsn_net_v8 {
   tsn_result_t (*connect)(int dev, void* handle, void** sendComm, tsn_dev_handle_t** sendDevComm); /* Connects, with a device handle. */
   tsn_result_t (*accept)(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm); /* Accepts, with a device handle. */
   tsn_result_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle); /* Registers memory (type: a PtrKind). */
-  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers dma-buf memory. NULL in tsnet. */
+  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers memory through a DMA-BUF fd (offset: the region's within it). */
   tsn_result_t (*deregMr)(void* comm, void* mhandle); /* Deregisters memory. */
   tsn_result_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle, void** request); /* Posts a send with an int size; NULL request = try later. */
   tsn_result_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request); /* Posts n receives with int sizes. */
@@ -519,7 +519,7 @@ typedef struct tsn_net_v9 {
   tsn_result_t (*connect)(int dev, void* handle, void** sendComm, tsn_dev_handle_t** sendDevComm); /* Connects, with a device handle. */
   tsn_result_t (*accept)(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm); /* Accepts, with a device handle. */
   tsn_result_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle); /* Registers memory (type: a PtrKind). */
-  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers dma-buf memory. NULL in tsnet. */
+  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers memory through a DMA-BUF fd (offset: the region's within it). */
   tsn_result_t (*deregMr)(void* comm, void* mhandle); /* Deregisters memory. */
   tsn_result_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request); /* Posts a send. */
   tsn_result_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request); /* Posts n receives. */
@@ -544,7 +544,7 @@ typedef struct tsn_net_v10 {
   tsn_result_t (*connect)(int dev, tsn_comm_config_t* config, void* handle, void** sendComm, tsn_dev_handle_t** sendDevComm); /* Connects with the comm's config. */
   tsn_result_t (*accept)(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm); /* Accepts, with a device handle. */
   tsn_result_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle); /* Registers memory (type: a PtrKind). */
-  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers dma-buf memory. NULL in tsnet. */
+  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers memory through a DMA-BUF fd (offset: the region's within it). */
   tsn_result_t (*deregMr)(void* comm, void* mhandle); /* Deregisters memory. */
   tsn_result_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request); /* Posts a send with a profiler handle. */
   tsn_result_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles, void** request); /* Posts n receives with profiler handles. */
@@ -569,7 +569,7 @@ typedef struct tsn_net_v11 {
   tsn_result_t (*connect)(void* ctx, int dev, void* handle, void** sendComm, tsn_dev_handle_t** sendDevComm); /* Connects within a context. */
   tsn_result_t (*accept)(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm); /* Accepts, with a device handle. */
   tsn_result_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle); /* Registers memory (type: a PtrKind). */
-  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers dma-buf memory. NULL in tsnet. */
+  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers memory through a DMA-BUF fd (offset: the region's within it). */
   tsn_result_t (*deregMr)(void* comm, void* mhandle); /* Deregisters memory. */
   tsn_result_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request); /* Posts a send with a profiler handle. */
   tsn_result_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles, void** request); /* Posts n receives with profiler handles. */
@@ -596,7 +596,7 @@ typedef struct tsn_net_v12 {
   tsn_result_t (*connect)(void* ctx, int dev, void* handle, void** sendComm, tsn_dev_handle_t** sendDevComm); /* Connects within a context. */
   tsn_result_t (*accept)(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm); /* Accepts, with a device handle. */
   tsn_result_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle); /* Registers memory (type: a PtrKind). */
-  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers dma-buf memory. NULL in tsnet. */
+  tsn_result_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle); /* Registers memory through a DMA-BUF fd (offset: the region's within it). */
   tsn_result_t (*deregMr)(void* comm, void* mhandle); /* Deregisters memory. */
   tsn_result_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request); /* Posts a send with a profiler handle. */
   tsn_result_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles, void** request); /* Posts n receives with profiler handles. */
@@ -641,6 +641,8 @@ tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, vo
 tsn_result_t tsn_accept(void* listenComm, void** recvComm, tsn_dev_handle_t** recvDevComm);
 /* Registers memory (type: a PtrKind). */
 tsn_result_t tsn_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle);
+/* Registers memory through a DMA-BUF fd (offset: the region's within it). */
+tsn_result_t tsn_reg_mr_dma_buf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
 /* Deregisters memory. */
 tsn_result_t tsn_dereg_mr(void* comm, void* mhandle);
 /* Posts a send with a profiler handle. */

@@ -22,6 +22,7 @@ constexpr int kAttrLegacyIpcCapable = 10;        // CU_POINTER_ATTRIBUTE_IS_LEGA
 constexpr unsigned kMemoryTypeDevice = 2;        // CU_MEMORYTYPE_DEVICE
 constexpr int kFlushTargetCurrentCtx = 0;        // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX
 constexpr int kFlushToOwner = 100;               // CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER
+constexpr int kDevAttrDmaBufSupported = 124;     // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (CUDA 11.7)
 
 struct Driver {
   CUresult (*init)(unsigned flags) = nullptr;
@@ -32,6 +33,7 @@ struct Driver {
   CUresult (*deviceGet)(CUdevice* device, int ordinal) = nullptr;
   CUresult (*primaryCtxRetain)(CUcontext* ctx, CUdevice device) = nullptr;
   CUresult (*ctxSetCurrent)(CUcontext ctx) = nullptr;
+  CUresult (*deviceGetAttribute)(int* value, int attribute, CUdevice device) = nullptr;
   std::mutex ctxMu;
   CUcontext ctx[64] = {};  // retained primary contexts by ordinal
   int devices = 0;
@@ -66,6 +68,7 @@ void load() {
   d.deviceGet = reinterpret_cast<decltype(d.deviceGet)>(dlsym(h, "cuDeviceGet"));
   d.primaryCtxRetain = reinterpret_cast<decltype(d.primaryCtxRetain)>(dlsym(h, "cuDevicePrimaryCtxRetain"));
   d.ctxSetCurrent = reinterpret_cast<decltype(d.ctxSetCurrent)>(dlsym(h, "cuCtxSetCurrent"));
+  d.deviceGetAttribute = reinterpret_cast<decltype(d.deviceGetAttribute)>(dlsym(h, "cuDeviceGetAttribute"));
   if (!d.init || !d.deviceGetCount || !d.pointerGetAttribute) {
     d.why = "the CUDA driver lacks cuInit, cuDeviceGetCount or cuPointerGetAttribute: GPU memory cannot be registered";
     return;  // the handle stays open: harmless, and a driver is never unloaded under a process
@@ -94,6 +97,36 @@ bool cudaLoad(std::string* why) {
 }
 
 int cudaDeviceCount() { return cudaLoad(nullptr) ? driver().devices : 0; }
+
+bool cudaDmaBufSupported(std::string* why) {
+  if (!cudaLoad(why)) return false;
+  Driver& d = driver();
+  if (!d.deviceGet || !d.deviceGetAttribute) {
+    *why = "the CUDA driver lacks cuDeviceGet or cuDeviceGetAttribute";
+    return false;
+  }
+  if (d.devices <= 0) {
+    *why = "no CUDA device";
+    return false;
+  }
+  for (int i = 0; i < d.devices; i++) {
+    CUdevice dev = 0;
+    int v = 0;
+    CUresult r = d.deviceGet(&dev, i);
+    if (r == kCudaSuccess) r = d.deviceGetAttribute(&v, kDevAttrDmaBufSupported, dev);
+    if (r != kCudaSuccess) {
+      // A driver older than CUDA 11.7 does not know the attribute (CUDA_ERROR_INVALID_VALUE).
+      *why = "GPU " + std::to_string(i) + ": cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED): " + errorText(r);
+      return false;
+    }
+    if (!v) {
+      *why = "GPU " + std::to_string(i) +
+             " cannot export DMA-BUF (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0: needs NVIDIA's open kernel modules)";
+      return false;
+    }
+  }
+  return true;
+}
 
 bool cudaDeviceOf(const void* p, int* device, std::string* why) {
   *device = -1;

@@ -23,6 +23,10 @@ int cudaLegacyIpcCapable(const void* p, std::string* why);
 // Number of CUDA devices, 0 when there is no driver.
 int cudaDeviceCount();
 
+// Whether every GPU can export its memory as a DMA-BUF (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+// which NCCL also asks before it passes DMA-BUF file descriptors). False with the reason.
+bool cudaDmaBufSupported(std::string* why);
+
 // Makes GPU `device`'s primary context (the one the CUDA runtime and NCCL use) current on the
 // calling thread, retaining it once per process. A thread of tsnet's own has no current
 // context, and libfabric's CUDA calls made on it then fail (cuMemGetAddressRange:

@@ -59,6 +59,9 @@ bool ofiLoad(std::string* why);
 
 // The loaded library's version, FI_VERSION(major, minor) (major << 16 | minor); 0 before ofiLoad.
 uint32_t ofiVersion();
+// The API version asked for at fi_getinfo: the library's own, up to 1.22 (the newest whose
+// structures this layer lays out); 0 before ofiLoad.
+uint32_t ofiApiVersion();
 // "1.17" and the API version asked for at fi_getinfo, e.g. "libfabric 1.17 (API 1.17)".
 std::string ofiVersionText();
 
@@ -72,6 +75,9 @@ struct OfiOptions {
                           // libfabric on tsnet's threads; false: only where endpoints accept
                           // FI_OPT_CUDA_API_PERMITTED = false (libfabric's fabric(7), "CUDA deadlock").
                           // Where they accept it, it is set either way.
+  bool dmabuf = false;    // with hmem: offer DMA-BUF registration where libfabric's API (1.20), the
+                          // kernel (5.12, RDMA's DMA-BUF import) and every GPU (CUDA's
+                          // DMA_BUF_SUPPORTED) allow it, as aws-ofi-nccl does; OfiNic::dmabuf says
   bool rxCqData = false;  // accept providers that consume a posted receive for remote CQ data
                           // (mode FI_RX_CQ_DATA); off like aws-ofi-nccl's RDMA protocol
   bool autoProgress = true;  // ask for FI_PROGRESS_AUTO first, then FI_PROGRESS_MANUAL
@@ -96,7 +102,8 @@ struct OfiNic {
   bool mrLocal = false;    // FI_MR_LOCAL: local buffers need a registration's desc
   bool mrEndpoint = false; // FI_MR_ENDPOINT: regions are registered per endpoint
   bool hmem = false;       // FI_HMEM granted: GPU memory can be registered (iface permitting)
-  bool dmabuf = false;     // DMA-BUF registration (needs libfabric API 1.20; never with 1.17)
+  bool dmabuf = false;     // hmem, and GPU memory may be registered through a DMA-BUF (OfiOptions::dmabuf)
+  std::string dmabufWhy;   // why dmabuf is false, when it was asked for and hmem granted
   std::string hmemWhy;     // why hmem is false, when it was asked for
   bool noCudaApi = false;  // hmem, and every endpoint is opened with FI_OPT_CUDA_API_PERMITTED =
                            // false: libfabric makes no CUDA call; else (hmem) it may
@@ -157,6 +164,16 @@ class OfiDomain {
 // whose peer is this same process (TSNET_OFI_GPU_IPC, docs/ofi-facts.md).
 enum class OfiMemType : uint8_t { kHost = 0, kCuda = 1, kCudaIpc = 2 };
 
+// A region that is part of a DMA-BUF (NCCL's regMrDmaBuf): the file descriptor, and where the
+// region starts within it. Registered with FI_MR_DMABUF, which needs libfabric API 1.20. The
+// provider imports the DMA-BUF during the registration (verbs, EFA) or registers the virtual
+// addresses (shm, tcp: libfabric's util layer ignores the fd); the caller may close the fd
+// once reg returned.
+struct OfiDmaBuf {
+  int fd = -1;
+  uint64_t offset = 0;
+};
+
 // A registered region. The remote side addresses byte p of it as remoteAddr(p) with key().
 // Deregistering (the destructor) while operations on the region are in flight is allowed by
 // libfabric but leaves those operations undefined: stop them first (docs/ofi-facts.md).
@@ -165,8 +182,10 @@ class OfiMr {
   // Registers [base, base + size) for local and remote read and write. kCuda: the GPU is found
   // from the pointer (cudaDeviceOf); needs nic().hmem. ep: the endpoint the region is bound to
   // when the NIC has FI_MR_ENDPOINT (then required), ignored otherwise.
+  // dmabuf: register through the DMA-BUF (FI_MR_DMABUF) rather than by address.
   static std::unique_ptr<OfiMr> reg(const std::shared_ptr<OfiDomain>& domain, void* base, size_t size,
-                                    OfiMemType type, OfiEndpoint* ep, OfiError* err);
+                                    OfiMemType type, OfiEndpoint* ep, OfiError* err,
+                                    const OfiDmaBuf* dmabuf = nullptr);
   ~OfiMr();
   OfiMr(const OfiMr&) = delete;
   OfiMr& operator=(const OfiMr&) = delete;
@@ -181,6 +200,7 @@ class OfiMr {
   // kCudaIpc asked: whether the region got FI_HMEM_DEVICE_ONLY; when not, why (then it is a
   // plain kCuda registration: memory legacy CUDA IPC cannot export).
   bool ipc() const { return ipc_; }
+  bool dmabuf() const { return dmabuf_; }  // registered through a DMA-BUF
   const std::string& ipcWhy() const { return ipcWhy_; }
 
  private:
@@ -194,6 +214,7 @@ class OfiMr {
   int device_ = -1;
   bool virtAddr_ = false;
   bool ipc_ = false;
+  bool dmabuf_ = false;
   std::string ipcWhy_;
 };
 

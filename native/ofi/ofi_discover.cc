@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <sys/statvfs.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -230,6 +231,28 @@ std::string mrModeText(uint64_t m) {
   return s.empty() ? "none" : s;
 }
 
+// What DMA-BUF registration of GPU memory needs besides FI_HMEM: libfabric's FI_MR_DMABUF
+// (API 1.20), a kernel that imports DMA-BUFs into RDMA devices (5.12; neither NCCL nor
+// libfabric checks it, and registrations fail without it), and GPUs that export them.
+bool dmaBufViable(std::string* why) {
+  const OfiLib& f = ofiLib();
+  if (f.api < kOfiDmaBufApi) {
+    *why = "FI_MR_DMABUF needs libfabric 1.20 or newer; this is " + ofiVersionText();
+    return false;
+  }
+  utsname u{};
+  int major = 0, minor = 0;
+  if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2) {
+    *why = "the kernel's version is unknown (uname)";
+    return false;
+  }
+  if (major < 5 || (major == 5 && minor < 12)) {
+    *why = std::string("kernel ") + u.release + " cannot import DMA-BUFs into RDMA devices (5.12 or newer can)";
+    return false;
+  }
+  return cudaDmaBufSupported(why);
+}
+
 std::string sizeText(uint64_t v) { return v == UINT64_MAX ? "unlimited" : std::to_string(v); }
 
 }  // namespace
@@ -244,6 +267,7 @@ std::string OfiNic::describe() const {
                   std::to_string(rxSize) + ", GPU memory " + (hmem ? "yes" : "no");
   if (!hmem && !hmemWhy.empty()) s += " (" + hmemWhy + ")";
   if (hmem) s += noCudaApi ? " (no CUDA calls inside libfabric)" : " (libfabric calls CUDA on tsnet's threads)";
+  if (hmem) s += std::string(", DMA-BUF ") + (dmabuf ? "yes" : "no") + (!dmabuf && !dmabufWhy.empty() ? " (" + dmabufWhy + ")" : "");
   if (hmem && !mixedIov) s += " (a send may not gather host and GPU memory: libfabric < 1.18)";
   if (rxCqData) s += ", remote CQ data consumes receives (FI_RX_CQ_DATA)";
   return s;
@@ -325,6 +349,16 @@ std::vector<OfiNic> ofiDiscover(const OfiOptions& o, std::string* why, std::stri
         continue;
       }
       for (OfiNic& n : nics) n.noCudaApi = optional;  // never permitted where not needed
+      if (o.dmabuf) {
+        std::string dmabufWhy;
+        bool dmabuf = dmaBufViable(&dmabufWhy);
+        for (OfiNic& n : nics) {
+          n.dmabuf = dmabuf && n.virtAddr;
+          n.dmabufWhy = !dmabuf ? dmabufWhy
+                        : !n.virtAddr ? n.provider + "'s remote addresses are offsets (no FI_MR_VIRT_ADDR), and libfabric misplaces DMA-BUF regions addressed so"
+                                      : "";
+        }
+      }
     }
     if (progressOut) {
       *progressOut = nics[0].autoProgress ? "FI_PROGRESS_AUTO" : "FI_PROGRESS_MANUAL";

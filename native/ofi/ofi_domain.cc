@@ -1,4 +1,5 @@
 // Domains (one per NIC per process, shared) and memory registration.
+#include <cstddef>
 #include <map>
 #include <mutex>
 
@@ -52,8 +53,28 @@ std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic& nic, OfiError* err) {
   return d;
 }
 
+// OfiMrAttr keeps the offsets of the fields the headers' fi_mr_attr has.
+#define TSN_SAME_OFFSET(f) static_assert(offsetof(OfiMrAttr, f) == offsetof(fi_mr_attr, f), "fi_mr_attr." #f)
+TSN_SAME_OFFSET(mr_iov);
+TSN_SAME_OFFSET(iov_count);
+TSN_SAME_OFFSET(access);
+TSN_SAME_OFFSET(offset);
+TSN_SAME_OFFSET(requested_key);
+TSN_SAME_OFFSET(context);
+TSN_SAME_OFFSET(auth_key_size);
+TSN_SAME_OFFSET(auth_key);
+TSN_SAME_OFFSET(iface);
+TSN_SAME_OFFSET(device);
+#undef TSN_SAME_OFFSET
+static_assert(sizeof(OfiMrAttr) >= sizeof(fi_mr_attr), "fi_mr_attr");
+
+int ofiMrRegattr(fid_domain* domain, const OfiMrAttr& attr, uint64_t flags, fid_mr** mr) {
+  // libfabric reads the fields of the API asked for (ofi_internal.h, kOfiMaxApi).
+  return fi_mr_regattr(domain, reinterpret_cast<const fi_mr_attr*>(&attr), flags, mr);
+}
+
 std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void* base, size_t size, OfiMemType type,
-                                  OfiEndpoint* ep, OfiError* err) {
+                                  OfiEndpoint* ep, OfiError* err, const OfiDmaBuf* dmabuf) {
   OfiDomain::Impl* d = domain ? domain->impl() : nullptr;
   if (!d) {
     *err = invalid("OfiMr::reg: no domain");
@@ -66,6 +87,24 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
   }
   if (nic.mrEndpoint && !ep) {
     *err = invalid("OfiMr::reg: " + nic.provider + " registers memory per endpoint (FI_MR_ENDPOINT): pass the endpoint");
+    return nullptr;
+  }
+  if (dmabuf && ofiLib().api < kOfiDmaBufApi) {
+    *err = invalid("OfiMr::reg: DMA-BUF registration needs libfabric API 1.20 or newer; this is " + ofiVersionText());
+    return nullptr;
+  }
+  // libfabric's util layer (1.22; tcp, and shm were it to drop FI_MR_VIRT_ADDR) takes the base of
+  // an offset-addressed region from attr->mr_iov even when that field holds the fi_mr_dmabuf:
+  // writes then land an fd's worth of bytes off (seen with tcp;ofi_rxm, docs/ofi-facts.md).
+  if (dmabuf && !nic.virtAddr) {
+    *err = invalid("OfiMr::reg: DMA-BUF registration on " + nic.provider +
+                   ", whose remote addresses are offsets (no FI_MR_VIRT_ADDR): libfabric misplaces such regions");
+    return nullptr;
+  }
+  if (dmabuf && (dmabuf->fd < 0 || dmabuf->offset > reinterpret_cast<uintptr_t>(base))) {
+    *err = invalid("OfiMr::reg: DMA-BUF fd " + std::to_string(dmabuf->fd) + " with offset " + std::to_string(dmabuf->offset) +
+                   " for a region at " + std::to_string(reinterpret_cast<uintptr_t>(base)) +
+                   ": needs an fd and an offset no larger than the address");
     return nullptr;
   }
   int device = -1;
@@ -98,19 +137,31 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
     }
   }
   iovec iov{base, size};
-  fi_mr_attr attr{};
-  attr.mr_iov = &iov;
+  // A DMA-BUF region: the fd's bytes [offset, offset + size), mapped at base, so the DMA-BUF's
+  // first byte is at base - offset (fi_mr(3), FI_MR_DMABUF).
+  OfiMrDmaBuf buf{};
+  OfiMrAttr attr{};
+  if (dmabuf) {
+    buf.fd = dmabuf->fd;
+    buf.offset = dmabuf->offset;
+    buf.len = size;
+    buf.base_addr = static_cast<char*>(base) - dmabuf->offset;
+    attr.dmabuf = &buf;
+  } else {
+    attr.mr_iov = &iov;
+  }
   attr.iov_count = 1;
   attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   attr.requested_key = nic.provKey ? 0 : d->nextKey.fetch_add(1);
   attr.iface = cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
   if (cuda) attr.device.cuda = device;
+  uint64_t flags = (type == OfiMemType::kCudaIpc ? FI_HMEM_DEVICE_ONLY : 0) | (dmabuf ? kOfiMrDmaBuf : 0);
   fid_mr* mr = nullptr;
-  int rc = fi_mr_regattr(d->domain, &attr, type == OfiMemType::kCudaIpc ? FI_HMEM_DEVICE_ONLY : 0, &mr);
+  int rc = ofiMrRegattr(d->domain, attr, flags, &mr);
   if (rc != 0) {
-    *err = ofiErrorOf(rc, std::string("fi_mr_regattr of ") + std::to_string(size) + " bytes of " +
-                              (cuda ? "GPU " + std::to_string(device) : std::string("host")) +
-                              " memory",
+    *err = ofiErrorOf(rc, std::string("fi_mr_regattr") + (dmabuf ? " (FI_MR_DMABUF, fd " + std::to_string(dmabuf->fd) + ")" : "") +
+                              " of " + std::to_string(size) + " bytes of " +
+                              (cuda ? "GPU " + std::to_string(device) : std::string("host")) + " memory",
                       nic.provider);
     return nullptr;
   }
@@ -126,6 +177,7 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
   }
   std::unique_ptr<OfiMr> r(new OfiMr());
   r->ipc_ = type == OfiMemType::kCudaIpc;
+  r->dmabuf_ = dmabuf != nullptr;
   r->ipcWhy_ = ipcWhy;
   r->domain_ = domain;
   r->mr_ = mr;
@@ -158,7 +210,7 @@ bool ofiCudaRegistrable(const OfiNic& nic, std::string* why) {
   }
   std::unique_ptr<char, void (*)(void*)> page(static_cast<char*>(aligned_alloc(4096, 4096)), free);
   iovec iov{page.get(), 4096};
-  fi_mr_attr attr{};
+  OfiMrAttr attr{};
   attr.mr_iov = &iov;
   attr.iov_count = 1;
   attr.access = FI_REMOTE_READ | FI_REMOTE_WRITE;
@@ -166,7 +218,7 @@ bool ofiCudaRegistrable(const OfiNic& nic, std::string* why) {
   attr.iface = FI_HMEM_CUDA;
   attr.device.cuda = 0;
   fid_mr* mr = nullptr;
-  int rc = fi_mr_regattr(d->impl()->domain, &attr, 0, &mr);
+  int rc = ofiMrRegattr(d->impl()->domain, attr, 0, &mr);
   if (rc == 0) fi_close(&mr->fid);
   if (rc != -FI_ENOSYS) return true;  // the interface is there; the page is just not GPU memory
   *why = "this libfabric has no CUDA support (fi_mr_regattr with FI_HMEM_CUDA: " + ofiStrerror(rc) +
@@ -193,7 +245,7 @@ std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic&, OfiError* err) {
   return nullptr;
 }
 std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>&, void*, size_t, OfiMemType, OfiEndpoint*,
-                                  OfiError* err) {
+                                  OfiError* err, const OfiDmaBuf*) {
   ofiLoad(&err->text);
   err->code = -38;
   err->result = ofiResultOf(err->code);

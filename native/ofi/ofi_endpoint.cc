@@ -142,7 +142,8 @@ int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
     return static_cast<int>(n);
   }
   char data[256];
-  fi_cq_err_entry err{};
+  OfiCqErr room{};
+  fi_cq_err_entry& err = room.e;
   err.err_data = data;
   err.err_data_size = sizeof data;
   ssize_t r = fi_cq_readerr(m->cq, &err, 0);
@@ -233,7 +234,8 @@ void drainCq(OfiEndpoint::Impl* m) {
     if (n > 0) continue;
     if (n != -FI_EAVAIL) break;
     char data[256];
-    fi_cq_err_entry err{};
+    OfiCqErr room{};
+    fi_cq_err_entry& err = room.e;
     err.err_data = data;
     err.err_data_size = sizeof data;
     if (fi_cq_readerr(m->cq, &err, 0) < 0) break;

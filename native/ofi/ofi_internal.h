@@ -65,7 +65,7 @@ struct OfiLib {
   decltype(&::fi_strerror) strerror = nullptr;
   decltype(&::fi_version) version = nullptr;
   uint32_t runtime = 0;  // fi_version()
-  uint32_t api = 0;      // the API version asked for: min(runtime, these headers)
+  uint32_t api = 0;      // the API version asked for: min(runtime, kOfiMaxApi)
 };
 // Valid after ofiLoad returned true.
 const OfiLib& ofiLib();
@@ -79,6 +79,65 @@ bool ofiCudaRegistrable(const OfiNic& nic, std::string* why);
 // FI_OPT_CUDA_API_PERMITTED (libfabric 1.18; these headers may be older): after
 // FI_OPT_XPU_TRIGGER in fi_endpoint.h's option names.
 constexpr int kOfiOptCudaApiPermitted = FI_OPT_XPU_TRIGGER + 1;
+
+// The newest libfabric API this layer asks for. libfabric reads and writes some structures by
+// the API asked for, not by the headers a program was built with (Debian's and Ubuntu's are
+// 1.17): from 1.19 it reads fi_mr_attr.hmem_data, from 1.20 a DMA-BUF registration's
+// fi_mr_dmabuf and domain_attr.max_ep_auth_key (hints come from fi_dupinfo, so the library's
+// own size), from 1.20 it writes fi_cq_err_entry.src_addr, from 1.22 it reads
+// fi_mr_attr.page_size. Every structure this layer passes is laid out for this API: OfiMrAttr
+// and OfiCqErr below. Raise it only with those.
+constexpr uint32_t kOfiMaxApi = FI_VERSION(1, 22);
+// The first API with FI_MR_DMABUF.
+constexpr uint32_t kOfiDmaBufApi = FI_VERSION(1, 20);
+// FI_MR_DMABUF (libfabric 1.20; these headers may be older).
+constexpr uint64_t kOfiMrDmaBuf = 1ULL << 40;
+#ifdef FI_MR_DMABUF
+static_assert(FI_MR_DMABUF == kOfiMrDmaBuf, "FI_MR_DMABUF");
+#endif
+
+// struct fi_mr_dmabuf (libfabric 1.20).
+struct OfiMrDmaBuf {
+  int fd;
+  uint64_t offset;   // of the region within the DMA-BUF
+  size_t len;
+  void* base_addr;   // the virtual address of the DMA-BUF's first byte: the region is mapped at base_addr + offset
+};
+
+// struct fi_mr_attr as API 1.22 lays it out. The headers' fields keep their offsets (asserted in
+// ofi_domain.cc); hmem_data (API 1.19) and page_size (1.22) follow them.
+struct OfiMrAttr {
+  union {
+    const iovec* mr_iov;
+    const OfiMrDmaBuf* dmabuf;  // with FI_MR_DMABUF (API 1.20)
+  };
+  size_t iov_count;
+  uint64_t access;
+  uint64_t offset;
+  uint64_t requested_key;
+  void* context;
+  size_t auth_key_size;
+  uint8_t* auth_key;
+  fi_hmem_iface iface;
+  union {
+    uint64_t reserved;
+    int cuda;
+    int ze;
+    int neuron;
+    int synapseai;
+  } device;
+  void* hmem_data;
+  size_t page_size;
+};
+
+// fi_mr_regattr with an OfiMrAttr.
+int ofiMrRegattr(fid_domain* domain, const OfiMrAttr& attr, uint64_t flags, fid_mr** mr);
+
+// Room for fi_cq_err_entry as any API up to kOfiMaxApi writes it (1.20 appended src_addr).
+struct OfiCqErr {
+  fi_cq_err_entry e;
+  uint64_t tail[4];  // never read
+};
 
 struct OfiDomain::Impl {
   OfiNic nic;

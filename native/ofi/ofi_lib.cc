@@ -109,10 +109,9 @@ void load() {
     dlclose(h);
     return;
   }
-  // Ask for the API of the headers this was built with, or the library's own when it is older:
-  // libfabric then reads and fills structures as those headers lay them out.
-  uint32_t built = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION);
-  f.api = f.runtime < built ? f.runtime : built;
+  // Ask for the library's own API, up to the newest whose structures this layer lays out
+  // (kOfiMaxApi; native/ofi/ofi_internal.h mirrors the ones newer than older headers have).
+  f.api = f.runtime < kOfiMaxApi ? f.runtime : kOfiMaxApi;
   l.ok = true;  // the handle stays open for the life of the process
 }
 
@@ -128,6 +127,7 @@ bool ofiLoad(std::string* why) {
 }
 
 uint32_t ofiVersion() { return loaded().ok ? loaded().lib.runtime : 0; }
+uint32_t ofiApiVersion() { return loaded().ok ? loaded().lib.api : 0; }
 
 std::string ofiVersionText() {
   if (!loaded().ok) return "libfabric not loaded";
@@ -158,6 +158,7 @@ bool ofiLoad(std::string* why) {
   return false;
 }
 uint32_t ofiVersion() { return 0; }
+uint32_t ofiApiVersion() { return 0; }
 std::string ofiVersionText() { return "libfabric not built in"; }
 std::string ofiStrerror(int code) { return "libfabric not built in (error " + std::to_string(code) + ")"; }
 

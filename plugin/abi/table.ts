@@ -54,7 +54,7 @@ export interface NetPlugin {
   /** Registers memory (type: a PtrKind). @versions 8.. @core */
   regMr(comm: Ptr<void>, data: Ptr<void>, size: Size, type: I32, mhandle: Ptr<Ptr<void>>): Result;
 
-  /** Registers dma-buf memory. @versions 6.. @unimplemented */
+  /** Registers memory through a DMA-BUF fd (offset: the region's within it). @versions 6.. @core */
   regMrDmaBuf(comm: Ptr<void>, data: Ptr<void>, size: Size, type: I32, offset: U64, fd: I32, mhandle: Ptr<Ptr<void>>): Result;
 
   /** Deregisters memory. @versions 6.. @core */

@@ -14,8 +14,8 @@ import type { Transport } from './transport';
 export function makeTransport(config: Config, regions: Regions, binding: LaneBinding & OfiBinding, port: () => Port, thread: number): Transport {
   if (config.transport === 'loopback') return new LoopbackTransport(config, regions);
   if (config.transport === 'ofi') {
-    const opened = openOfi(binding, config.ofi!.cudaApi);
-    if (thread === 0) for (const l of OfiTransport.describe(opened, config.ofi!.forceRails)) log.info(l);
+    const opened = openOfi(binding, config.ofi!.cudaApi, config.ofi!.dmabuf);
+    if (thread === 0) for (const l of OfiTransport.describe(opened, config.ofi!.forceRails, config.ofi!.dmabuf)) log.info(l);
     return new OfiTransport(config, config.ofi!, binding, opened, port, config.latencyUs);
   }
   return new TcpTransport(config, { binding, port: port() });

@@ -46,7 +46,7 @@ static tsn_result_t prof(void** eHandle, int type, void* phandle, int64_t plugin
 
 /* name is "tsnet"; a slot is NULL exactly when tsnet leaves it unimplemented. */
 static void check_slot(const char* table, const char* name, int is_null) {
-  const char* unimplemented[] = {"regMrDmaBuf", "getDeviceMr", "irecvConsumed", "makeVDevice"};
+  const char* unimplemented[] = {"getDeviceMr", "irecvConsumed", "makeVDevice"};
   int want_null = 0;
   for (size_t i = 0; i < sizeof(unimplemented) / sizeof(unimplemented[0]); i++) want_null |= !strcmp(name, unimplemented[i]);
   checks++;
@@ -118,11 +118,17 @@ static void test_connections(void) {
 /* regMr: int size (v6-v7) arrives as size_t; size_t (v8+) as is. */
 #define REGMR(v, size_) do { int calls0 = fake.calls; CHECK(T(v).regMr(A, B, size_, TSN_PTR_HOST, &slot) == TSN_SUCCESS); \
   CALLED("reg_mr"); CHECK(fake.comm == A && fake.data == B && fake.size == (size_t)(size_) && fake.type == TSN_PTR_HOST && fake.mhandleOut == &slot); } while (0)
+/* regMrDmaBuf: the same signature in every version, passed through as is. */
+#define REGDMABUF(v) do { int calls0 = fake.calls; \
+  CHECK(T(v).regMrDmaBuf(A, B, (size_t)1 << 33, TSN_PTR_CUDA, 0x123456789ULL, 77, &slot) == TSN_SUCCESS); CALLED("reg_mr_dma_buf"); \
+  CHECK(fake.comm == A && fake.data == B && fake.size == (size_t)1 << 33 && fake.type == TSN_PTR_CUDA && fake.offset == 0x123456789ULL && \
+        fake.fd == 77 && fake.mhandleOut == &slot); } while (0)
 #define DEREG(v) do { int calls0 = fake.calls; CHECK(T(v).deregMr(A, B) == TSN_SUCCESS); CALLED("dereg_mr"); \
   CHECK(fake.comm == A && fake.mhandle == B); } while (0)
 static void test_memory(void) {
   REGMR(6, INT_MAX); REGMR(7, 1000);
   REGMR(8, (size_t)1 << 40); REGMR(9, 1); REGMR(10, 2); REGMR(11, 3); REGMR(12, (size_t)1 << 33);
+  REGDMABUF(6); REGDMABUF(7); REGDMABUF(8); REGDMABUF(9); REGDMABUF(10); REGDMABUF(11); REGDMABUF(12);
   DEREG(6); DEREG(7); DEREG(8); DEREG(9); DEREG(10); DEREG(11); DEREG(12);
 }
 

@@ -43,6 +43,10 @@ tsn_result_t tsn_reg_mr(void* comm, void* data, size_t size, int type, void** mh
   fake.comm = comm, fake.data = data, fake.size = size, fake.type = type, fake.mhandleOut = mhandle;
   return called("reg_mr");
 }
+tsn_result_t tsn_reg_mr_dma_buf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+  fake.comm = comm, fake.data = data, fake.size = size, fake.type = type, fake.offset = offset, fake.fd = fd, fake.mhandleOut = mhandle;
+  return called("reg_mr_dma_buf");
+}
 tsn_result_t tsn_dereg_mr(void* comm, void* mhandle) {
   fake.comm = comm, fake.mhandle = mhandle;
   return called("dereg_mr");

@@ -21,6 +21,8 @@ typedef struct {
   void* data;
   size_t size;
   int type;
+  uint64_t offset;
+  int fd;
   void** mhandleOut;
   void* mhandle;
   int tag;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -2110,6 +2111,26 @@ static void sc_badinput(int version) {
       check(rc != TSN_SUCCESS, "regMr with type 0x%x (not in ptrSupport 0x%x) fails (rc %d)", kinds[i],
             props.ptrSupport, rc);
       if (rc == TSN_SUCCESS && mh) shim_dereg_mr(&n, sc, mh);
+    }
+    // regMrDmaBuf: in every table, and refused where the device offers no DMA-BUF (here, where
+    // no GPU exports them), and for an fd that is none, with a WARN and no handle.
+    {
+      int fd = memfd_create("tsnet-driver-dmabuf", 0);
+      void* mh = (void*)1;
+      rc = shim_reg_mr_dma_buf(&n, sc, sbuf, 4096, TSN_PTR_CUDA, 0, fd, &mh);
+      if (props.ptrSupport & TSN_PTR_DMABUF) {
+        check(rc != TSN_SUCCESS, "regMrDmaBuf of host memory as GPU memory fails (rc %d)", rc);
+      } else {
+        check(rc != TSN_SUCCESS && rc != -1, "regMrDmaBuf is in the table and fails without DMA-BUF in ptrSupport 0x%x (rc %d)",
+              props.ptrSupport, rc);
+      }
+      if (rc == TSN_SUCCESS && mh) shim_dereg_mr(&n, sc, mh);
+      mh = NULL;
+      rc = shim_reg_mr_dma_buf(&n, sc, sbuf, 4096, TSN_PTR_CUDA, 0, -1, &mh);
+      check(rc == TSN_INVALID_ARGUMENT && mh == NULL, "regMrDmaBuf with fd -1 fails with ncclInvalidArgument (rc %d)", rc);
+      rc = shim_reg_mr_dma_buf(&n, sc, sbuf, 4096, TSN_PTR_CUDA, (uint64_t)(uintptr_t)sbuf + 1, fd, &mh);
+      check(rc == TSN_INVALID_ARGUMENT && mh == NULL, "regMrDmaBuf with an offset past the address fails (rc %d)", rc);
+      if (fd >= 0) close(fd);
     }
     void* smh = NULL;
     void* rmh = NULL;

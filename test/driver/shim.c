@@ -266,6 +266,17 @@ tsn_result_t shim_reg_mr(const Net* n, void* comm, void* data, size_t size, int 
   return -1;
 }
 
+tsn_result_t shim_reg_mr_dma_buf(const Net* n, void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                 void** mhandle) {
+  switch (n->version) {
+#define DMABUF_CASE(v) \
+  case v: return T(v)->regMrDmaBuf ? T(v)->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle) : -1;
+    DMABUF_CASE(6) DMABUF_CASE(7) DMABUF_CASE(8) DMABUF_CASE(9) DMABUF_CASE(10) DMABUF_CASE(11) DMABUF_CASE(12)
+#undef DMABUF_CASE
+  }
+  return -1;
+}
+
 tsn_result_t shim_dereg_mr(const Net* n, void* comm, void* mhandle) {
   switch (n->version) {
     case 6: return T(6)->deregMr(comm, mhandle);

@@ -69,6 +69,9 @@ tsn_result_t shim_connect(const Net* n, void* ctx, int dev, void* handle, void**
 tsn_result_t shim_accept(const Net* n, void* listenComm, void** recvComm);
 // size must fit in an int below v8 (the shim refuses, returning -1, rather than truncate).
 tsn_result_t shim_reg_mr(const Net* n, void* comm, void* data, size_t size, int type, void** mhandle);
+// regMrDmaBuf, the same signature in every version; -1 when the table's slot is NULL.
+tsn_result_t shim_reg_mr_dma_buf(const Net* n, void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                 void** mhandle);
 tsn_result_t shim_dereg_mr(const Net* n, void* comm, void* mhandle);
 tsn_result_t shim_isend(const Net* n, void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
 tsn_result_t shim_irecv(const Net* n, void* recvComm, int n_, void** data, const size_t* sizes, int* tags,

@@ -29,10 +29,13 @@ describe('CUDA calls inside libfabric', () => {
   it('openOfi asks for GPU memory without CUDA calls unless told otherwise', async () => {
     const t = await transport();
     t.openOfi(binding);
-    expect(asked).toEqual([{ hmem: true, cudaApi: false }]);
+    expect(asked).toEqual([{ hmem: true, cudaApi: false, dmabuf: true }]);
     const u = await transport();
     u.openOfi(binding, true);
-    expect(asked[1]).toEqual({ hmem: true, cudaApi: true });
+    expect(asked[1]).toEqual({ hmem: true, cudaApi: true, dmabuf: true });
+    const w = await transport();
+    w.openOfi(binding, false, false);
+    expect(asked[2]).toEqual({ hmem: true, cudaApi: false, dmabuf: false });
   });
 
   it('says whether GPU memory is registered, and whether libfabric calls CUDA on tsnet threads', async () => {

@@ -77,7 +77,7 @@ describe.skipIf(!haveHeaders)('the libfabric layer (native/ofi)', () => {
 
   for (const provider of ['tcp', 'shm']) {
     describe(`FI_PROVIDER=${provider}`, () => {
-      for (const scenario of ['discover', 'inproc', 'fork', 'death', 'signals', 'gpu', 'gpu-fork']) {
+      for (const scenario of ['discover', 'inproc', 'fork', 'death', 'signals', 'dmabuf', 'gpu', 'gpu-fork']) {
         it(scenario, async (ctx) => {
           const r = await run(build(false), ['--provider', provider, '--scenario', scenario], { FI_PROVIDER: provider });
           const skip = r.out.match(/^SKIP .*$/m);

@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -139,6 +140,7 @@ bool setup(Env* env, bool hmem = false, bool print = false) {
   o.provider = gProvider;
   o.hmem = hmem;
   o.cudaApi = hmem;  // the GPU scenarios test GPU memory through shm, which calls CUDA
+  o.dmabuf = hmem;
   o.autoProgress = gAutoProgress;
   std::vector<OfiNic> nics = ofiDiscover(o, &why, &progress);
   if (nics.empty()) {
@@ -756,6 +758,94 @@ int scenarioInproc() {
   return 0;
 }
 
+// DMA-BUF registration (FI_MR_DMABUF, what NCCL's regMrDmaBuf passes). Below API 1.20 it is
+// refused with the reason. From 1.20: a region registered through a file descriptor at an
+// offset within it (a memfd of host memory: shm and tcp register the address range the DMA-BUF
+// describes, base_addr + offset, and never look at the fd) takes writes and reads at the
+// region's own addresses, and nothing lands outside it.
+int scenarioDmaBuf() {
+  Env env;
+  if (!setup(&env)) return 0;
+  Pair p;
+  if (!makePair(env, &p)) return 0;
+  const size_t page = 4096, total = 6 * page, off = 2 * page, n = 2 * page;
+  int fd = memfd_create("tsnet-dmabuf-test", 0);
+  if (fd < 0 || ftruncate(fd, total) != 0) return fail("memfd_create: %s", strerror(errno)), 0;
+  char* map = static_cast<char*>(mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  if (map == MAP_FAILED) return fail("mmap: %s", strerror(errno)), 0;
+  char* region = map + off;
+  memset(map, 0x11, total);
+  OfiEndpoint* bind = env.nic.mrEndpoint ? p.b.ep.get() : nullptr;
+  OfiError err;
+  OfiDmaBuf db;
+  db.fd = fd;
+  db.offset = off;
+  std::unique_ptr<OfiMr> mr = OfiMr::reg(env.domain, region, n, OfiMemType::kHost, bind, &err, &db);
+  // Refused below API 1.20, and where remote addresses are offsets (libfabric's util layer
+  // misplaces such regions: ofi_domain.cc).
+  const bool api = ofiApiVersion() >= ((1u << 16) | 20);
+  if (!api || !env.nic.virtAddr) {
+    const char* want = !api ? "DMA-BUF registration needs libfabric API 1.20 or newer" : "whose remote addresses are offsets";
+    if (mr) fail("a DMA-BUF registration succeeded %s", !api ? "below API 1.20" : "without FI_MR_VIRT_ADDR");
+    else if (err.text.find(want) == std::string::npos)
+      fail("DMA-BUF registration refused without the reason: %s", err.text.c_str());
+    else
+      pass("DMA-BUF registration refused: %s", err.text.c_str());
+    munmap(map, total);
+    close(fd);
+    return 0;
+  }
+  if (!mr) return fail("OfiMr::reg through a DMA-BUF: %s", err.text.c_str()), 0;
+  if (!mr->dmabuf()) fail("the registration does not say it came through a DMA-BUF");
+  fact("FI_MR_DMABUF of host memory (memfd) at offset %zu: registered, key %llu", off, static_cast<unsigned long long>(mr->key()));
+  // Bad input is refused before libfabric sees it.
+  {
+    OfiDmaBuf bad;
+    bad.fd = -1;
+    OfiError e2;
+    if (OfiMr::reg(env.domain, region, n, OfiMemType::kHost, bind, &e2, &bad)) fail("a DMA-BUF registration with fd -1 succeeded");
+    bad.fd = fd;
+    bad.offset = reinterpret_cast<uintptr_t>(region) + 1;
+    if (OfiMr::reg(env.domain, region, n, OfiMemType::kHost, bind, &e2, &bad)) fail("an offset past the address succeeded");
+    else if (e2.result == 0 || e2.text.find("offset") == std::string::npos) fail("bad offset: %s", e2.text.c_str());
+  }
+  Buf src(env, n);
+  src.fill(51);
+  OfiCompletion c;
+  const size_t at = 100, len = n - 200;
+  if (postRetry(p.both(), [&] {
+        return p.a.ep->writeData(src.p, len, src.desc(), 7, p.toB, mr->remoteAddr(region + at), mr->key(), 61);
+      }) != 0)
+    return fail("writeData into the DMA-BUF region: %s", p.a.ep->lastError().text.c_str()), 0;
+  if (!waitCtx(p.both(), &p.a, 61, &c)) return fail("writeData into the DMA-BUF region: no completion in 10 s"), 0;
+  if (!ok(c, "writeData into the DMA-BUF region")) return 0;
+  if (!waitRemoteWrite(p.both(), &p.b, &c)) return fail("the DMA-BUF region's side saw no completion of the write in 10 s"), 0;
+  if (!ok(c, "remote write into the DMA-BUF region")) return 0;
+  bool good = true;
+  for (size_t i = 0; i < len && good; i++)
+    if (region[at + i] != src.p[i]) good = fail("byte %zu of the write differs in the DMA-BUF region", i);
+  for (size_t i = 0; i < total && good; i++) {
+    bool inside = i >= off + at && i < off + at + len;
+    if (!inside && map[i] != 0x11) good = fail("the write through the DMA-BUF registration touched byte %zd of the region", static_cast<ssize_t>(i) - static_cast<ssize_t>(off));
+  }
+  Buf dst(env, 64);
+  memset(region + n - 64, 0x5A, 64);
+  if (postRetry(p.both(), [&] { return p.a.ep->read(dst.p, 64, dst.desc(), p.toB, mr->remoteAddr(region + n - 64), mr->key(), 62); }) != 0)
+    good = fail("read from the DMA-BUF region: %s", p.a.ep->lastError().text.c_str());
+  else if (!waitCtx(p.both(), &p.a, 62, &c))
+    good = fail("read from the DMA-BUF region: no completion in 10 s");
+  else if (!ok(c, "read from the DMA-BUF region"))
+    good = false;
+  else
+    for (int i = 0; i < 64 && good; i++)
+      if (dst.p[i] != 0x5A) good = fail("read from the DMA-BUF region: byte %d differs", i);
+  if (good) pass("a region registered through a DMA-BUF at offset %zu: a write of %zu bytes and a read of 64 land at its own addresses", off, len);
+  mr.reset();
+  munmap(map, total);
+  close(fd);
+  return 0;
+}
+
 // --- two processes ---
 
 // A pipe pair between the two processes; waiting on it keeps the endpoint progressing.
@@ -1282,6 +1372,7 @@ struct TestCuda {
   CUresult (*memAlloc)(unsigned long long*, size_t) = nullptr;
   CUresult (*memcpyHtoD)(unsigned long long, const void*, size_t) = nullptr;
   CUresult (*memcpyDtoH)(void*, unsigned long long, size_t) = nullptr;
+  CUresult (*getHandleForAddressRange)(void*, unsigned long long, size_t, int, unsigned long long) = nullptr;
   // Allocates n bytes on GPU 0 (with its primary context current).
   char* alloc(size_t n) {
     void* h = dlopen("libcuda.so.1", RTLD_NOW);
@@ -1291,6 +1382,7 @@ struct TestCuda {
     memAlloc = reinterpret_cast<decltype(memAlloc)>(dlsym(h, "cuMemAlloc_v2"));
     memcpyHtoD = reinterpret_cast<decltype(memcpyHtoD)>(dlsym(h, "cuMemcpyHtoD_v2"));
     memcpyDtoH = reinterpret_cast<decltype(memcpyDtoH)>(dlsym(h, "cuMemcpyDtoH_v2"));
+    getHandleForAddressRange = reinterpret_cast<decltype(getHandleForAddressRange)>(dlsym(h, "cuMemGetHandleForAddressRange"));
     void* ctx = nullptr;
     unsigned long long d = 0;
     if (!primaryCtxRetain || !memcpyDtoH || primaryCtxRetain(&ctx, 0) || ctxSetCurrent(ctx) || memAlloc(&d, n)) return nullptr;
@@ -1298,6 +1390,12 @@ struct TestCuda {
   }
   void toHost(void* dst, const char* gpu, size_t n) { memcpyDtoH(dst, reinterpret_cast<uintptr_t>(gpu), n); }
   void toGpu(char* gpu, const void* src, size_t n) { memcpyHtoD(reinterpret_cast<uintptr_t>(gpu), src, n); }
+  // A DMA-BUF fd for [gpu, gpu + n) (CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, as NCCL asks); -1 if none.
+  int dmabuf(const char* gpu, size_t n) {
+    int fd = -1;
+    if (!getHandleForAddressRange || getHandleForAddressRange(&fd, reinterpret_cast<uintptr_t>(gpu), n, 1, 0)) return -1;
+    return fd;
+  }
 };
 
 // Loads the provider with FI_HMEM and registers 1 MiB of GPU memory; false after SKIP or FAIL.
@@ -1355,6 +1453,31 @@ int scenarioGpu() {
   bool flushed = cudaFlushRdmaWrites(&why);
   fact("cuFlushGPUDirectRDMAWrites: %s", flushed ? "ok" : why.c_str());
   pass("GPU memory: registration, write with immediate data into it, read from it");
+  // The second half of the allocation through a DMA-BUF of the whole of it (NCCL's regMrDmaBuf
+  // with an offset), where the NIC offers DMA-BUF; the fd is closed right after, as NCCL does.
+  if (!env.nic.dmabuf) {
+    fact("DMA-BUF: not offered (%s)", env.nic.dmabufWhy.c_str());
+    return 0;
+  }
+  int fd = cu.dmabuf(gpu, 1 << 20);
+  if (fd < 0) return fail("cuMemGetHandleForAddressRange gave no DMA-BUF though the GPU says it can"), 1;
+  OfiDmaBuf db;
+  db.fd = fd;
+  db.offset = 1 << 19;
+  OfiError err;
+  std::unique_ptr<OfiMr> half = OfiMr::reg(env.domain, gpu + (1 << 19), 1 << 19, OfiMemType::kCuda, nullptr, &err, &db);
+  close(fd);
+  if (!half) return fail("registering GPU memory through a DMA-BUF: %s", err.text.c_str()), 1;
+  src.fill(6);
+  if (postRetry(p.both(), [&] {
+        return p.a.ep->writeData(src.p, 4096, src.desc(), 8, p.toB, half->remoteAddr(gpu + (1 << 19) + 100), half->key(), 3);
+      }) != 0 ||
+      !waitCtx(p.both(), &p.a, 3, &c) || !ok(c, "write into GPU memory registered through a DMA-BUF"))
+    return fail("write into GPU memory registered through a DMA-BUF: %s", p.a.ep->lastError().text.c_str()), 1;
+  if (!waitRemoteWrite(p.both(), &p.b, &c)) return fail("no remote write completion (DMA-BUF)"), 1;
+  cu.toHost(back.data(), gpu + (1 << 19) + 100, 4096);
+  if (memcmp(back.data(), src.p, 4096) != 0) return fail("GPU data differs after the write through the DMA-BUF registration"), 1;
+  pass("GPU memory registered through a DMA-BUF at offset 512 KiB (fd closed after): a write lands at its address");
   return 0;
 }
 
@@ -1484,6 +1607,7 @@ int main(int argc, char** argv) {
   else if (scenario == "gpu") rc = scenarioGpu();
   else if (scenario == "gpu-fork") rc = scenarioGpuFork();
   else if (scenario == "signals") rc = scenarioSignals();
+  else if (scenario == "dmabuf") rc = scenarioDmaBuf();
 
   else {
     fprintf(stderr, "unknown scenario %s\n", scenario.c_str());

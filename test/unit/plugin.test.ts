@@ -7,7 +7,7 @@ import { describe, expect, it, vi } from 'vitest';
 import { LogLevel, ResultCode } from '../../plugin/abi';
 import type { Config } from '../../plugin/config';
 import { POST, SLOT, SlotState } from '../../plugin/engine/records';
-import type { Regions } from '../../plugin/memory';
+import type { DmaBuf, Region, Regions } from '../../plugin/memory';
 import { Op } from '../../plugin/native';
 import { Plugin, type PluginHost } from '../../plugin/plugin';
 import type { WakeDelays } from '../../plugin/stats';
@@ -449,6 +449,36 @@ describe('Plugin registrations', () => {
     expect(w).toContain(`regMr: memory type 0x${type.toString(16)}`);
     expect(w).toContain('is not supported; tsnet registers host memory (0x1)');
     if (type === 2) expect(w).toContain('(CUDA)');
+  });
+
+  it('regMrDmaBuf where the transport offers no DMA-BUF is INVALID_ARGUMENT with a message', () => {
+    const t = setup();
+    const ctx = t.init();
+    const { send } = t.connect(ctx);
+    expect(t.call('regMr', { comm: send, type: 1, buffer: new ArrayBuffer(16), base: 0x1000, fd: 5, offset: 0 })).toEqual({ result: ResultCode.INVALID_ARGUMENT });
+    expect(warnings().join('\n')).toContain('regMrDmaBuf: tsnet over loopback registers no memory through DMA-BUF here (ptrSupport 0x1: host)');
+  });
+
+  it('regMrDmaBuf hands the transport the fd and offset during the call only, for GPU memory only', () => {
+    const t = setup();
+    const ctx = t.init();
+    const { send } = t.connect(ctx);
+    // The loopback transport, as one that offers GPU memory and DMA-BUF.
+    const lt = t.host.transports[0];
+    Object.defineProperty(lt, 'traits', { value: { ...lt.traits, ptrSupport: 0x7 } });
+    const seen: (DmaBuf | undefined)[] = [];
+    Object.defineProperty(lt, 'register', { value: (r: Region) => seen.push(r.dmabuf && { ...r.dmabuf }) });
+    const a = t.call('regMr', { comm: send, type: 2, base: 0x7000_0000_2000, size: 65536, fd: 9, offset: 8192 });
+    expect(a).toEqual({ mr: expect.any(Number) });
+    expect(seen).toEqual([{ fd: 9, offset: 8192 }]);
+    expect((t.plugin as unknown as { regions: Regions }).regions.get(a.mr as number).dmabuf).toBeUndefined();
+    // A plain regMr of GPU memory: no fd.
+    t.call('regMr', { comm: send, type: 2, base: 0x7000_1000_0000, size: 4096 });
+    expect(seen[1]).toBeUndefined();
+    // Host memory through a DMA-BUF: refused.
+    expect(t.call('regMr', { comm: send, type: 1, buffer: new ArrayBuffer(16), base: 0x1000, fd: 9, offset: 0 })).toEqual({ result: ResultCode.INVALID_ARGUMENT });
+    expect(warnings().at(-1)).toContain('regMrDmaBuf: memory type 0x1 (host): a DMA-BUF is registered as GPU memory (CUDA, 0x2)');
+    expect(seen).toHaveLength(2);
   });
 
   it('regMr on an unknown comm is INVALID_ARGUMENT', () => {

@@ -40,6 +40,11 @@ export interface OfiConfig {
    * host memory (NCCL stages through it).
    */
   cudaApi: boolean;
+  /**
+   * DMA-BUF registration of GPU memory is offered (ptrSupport DMA-BUF) where libfabric, the
+   * kernel and the GPUs allow it; off with OFI_NCCL_DISABLE_DMABUF=1, as in aws-ofi-nccl.
+   */
+  dmabuf: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -60,6 +65,7 @@ export const OFI_DEFAULTS: OfiConfig = {
   flush: { method: 'read', all: false },
   gpuIpc: false,
   cudaApi: false,
+  dmabuf: true,
 };
 
 function int(env: Env, name: string, min: number, max: number): number | undefined {
@@ -137,5 +143,9 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const cudaApi = api ?? d.cudaApi;
   if (cudaApi) note('GPU memory even where libfabric calls CUDA on tsnet\'s threads (can deadlock)', true, 'TSNET_OFI_CUDA_API', true);
 
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, forceRails, bouncePosted, flush, gpuIpc, cudaApi }, lines };
+  const noDmabuf = bool(env, 'OFI_NCCL_DISABLE_DMABUF');
+  const dmabuf = noDmabuf === undefined ? d.dmabuf : !noDmabuf;
+  if (!dmabuf) note('DMA-BUF registration of GPU memory', 'off', 'OFI_NCCL_DISABLE_DMABUF', true);
+
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, forceRails, bouncePosted, flush, gpuIpc, cudaApi, dmabuf }, lines };
 }

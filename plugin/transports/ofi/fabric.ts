@@ -5,6 +5,7 @@
 // side queues on -FI_EAGAIN); their completions come back in batches, one rail at a time.
 // The native mapping is one libfabric call per method (see docs/rdma-protocol.md).
 import type { NetError } from '../../errors';
+import type { DmaBuf } from '../../memory';
 
 /** Completion flags, as libfabric's FI_SEND ... FI_REMOTE_CQ_DATA (native maps the bits). */
 export const enum CqFlag {
@@ -35,6 +36,8 @@ export interface Registration {
   readonly ipcWhy?: string;
   /** The GPU the memory is on (CUDA ordinal); -1 or absent: host memory, or not known. */
   readonly device?: number;
+  /** Registered through a DMA-BUF (FI_MR_DMABUF). */
+  readonly dmabuf?: boolean;
 }
 
 /** Registered host memory that the transport owns (bounce, mailbox, flush lines). */
@@ -56,9 +59,10 @@ export interface Rail {
    * fi_mr_reg with FI_SEND|FI_RECV|FI_READ|FI_WRITE|FI_REMOTE_READ|FI_REMOTE_WRITE; throws
    * NetError on failure. ipc (GPU memory only): with FI_HMEM_DEVICE_ONLY, so that shm moves it
    * by CUDA IPC; such a registration must not be the local side of an operation with this
-   * process itself (Region.localRegs).
+   * process itself (Region.localRegs). dmabuf: register through that DMA-BUF (regMrDmaBuf),
+   * during this call only.
    */
-  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc?: boolean): Registration;
+  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc?: boolean, dmabuf?: DmaBuf): Registration;
   deregMr(reg: Registration): void;
   /** Registered, page-aligned host memory. */
   alloc(bytes: number): HostBuffer;

@@ -8,6 +8,7 @@ import { OP_REMOTE, SubKind } from '../../engine/records';
 import { NetError } from '../../errors';
 import { monoMs } from '../../clock';
 import { log } from '../../log';
+import type { DmaBuf } from '../../memory';
 import type { Completion, HostBuffer, OnCompletions, Rail, Registration } from './fabric';
 
 /** A registration as the engine answers it. */
@@ -23,6 +24,8 @@ export interface MrAnswer {
   ipcWhy?: string;
   /** The GPU ordinal of CUDA memory; -1 for host memory. */
   device?: number;
+  /** Registered through a DMA-BUF (FI_MR_DMABUF). */
+  dmabuf?: boolean;
 }
 
 /** A NIC as ofiOpen describes it. */
@@ -37,6 +40,10 @@ export interface OfiNicInfo {
   hmemWhy: string;
   /** hmem, and libfabric makes no CUDA call (endpoints take FI_OPT_CUDA_API_PERMITTED = false). */
   noCudaApi: boolean;
+  /** hmem, and GPU memory may be registered through a DMA-BUF (asked with ofiOpen's dmabuf). */
+  dmabuf?: boolean;
+  /** Why not, when asked for and hmem granted. */
+  dmabufWhy?: string;
   /** One send may gather host and GPU memory (libfabric 1.18 and newer). */
   mixedIov: boolean;
   virtAddr: boolean;
@@ -51,11 +58,12 @@ export interface OfiNicInfo {
 
 /** The engine's libfabric functions (native/engine/engine_ofi.cc). */
 export interface OfiBinding extends EngineBinding {
-  ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
+  ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean; dmabuf?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
   /** skipped: region names shm refused as in use by this pid (left by a killed process with the same pid), passed by. */
   ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array; skipped?: number };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
-  ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean): MrAnswer;
+  /** fd (with offset): register through that DMA-BUF (FI_MR_DMABUF, libfabric API 1.20); the fd is not kept. */
+  ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean, fd?: number, offset?: number): MrAnswer;
   /** Deregisters once no operation in flight names mr, waiting up to waitMs; returns how many are still in flight (0: deregistered). */
   ofiDeregMr(mr: number, waitMs?: number): number | void;
   ofiAlloc(lane: number, bytes: number): MrAnswer & { addr: number; buffer: ArrayBuffer };
@@ -96,7 +104,7 @@ interface PendingDereg {
 }
 
 function registration(a: MrAnswer, base: number): Registration {
-  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base), ipc: a.ipc, ipcWhy: a.ipcWhy, device: a.device };
+  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base), ipc: a.ipc, ipcWhy: a.ipcWhy, device: a.device, dmabuf: a.dmabuf };
 }
 
 export class NativeRail implements Rail, CqeHandler {
@@ -147,9 +155,13 @@ export class NativeRail implements Rail, CqeHandler {
     }
   }
 
-  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false): Registration {
+  regMr(addr: number, len: number, kind: 'host' | 'cuda', ipc = false, dmabuf?: DmaBuf): Registration {
     try {
-      return registration(this.binding.ofiRegMr(this.lane, addr, len, kind === 'cuda', ipc && kind === 'cuda'), addr);
+      const cuda = kind === 'cuda';
+      const answer = dmabuf
+        ? this.binding.ofiRegMr(this.lane, addr, len, cuda, ipc && cuda, dmabuf.fd, dmabuf.offset)
+        : this.binding.ofiRegMr(this.lane, addr, len, cuda, ipc && cuda);
+      return registration(answer, addr);
     } catch (e) {
       throw netError(e);
     }

@@ -211,6 +211,8 @@ export class OfiTransport implements Transport {
   private readonly endpoints: (OfiEndpoint | undefined)[];
   /** TSNET_OFI_GPU_IPC: reasons already logged why memory could not be shared by CUDA IPC. */
   private readonly ipcRefused = new Set<string>();
+  /** The INFO line of the first DMA-BUF registration was said. */
+  private dmabufSeen = false;
   /** The native rails of each device's endpoint (closed by release). */
   private readonly railsOf: NativeRail[][];
   private portRef: Port | undefined;
@@ -237,8 +239,9 @@ export class OfiTransport implements Transport {
       };
     });
     const hmem = nics.every((n) => n.hmem);
+    const dmabuf = hmem && ofi.dmabuf && nics.every((n) => n.dmabuf);
     this.traits = {
-      ptrSupport: PtrKind.HOST | (hmem ? PtrKind.CUDA : 0),
+      ptrSupport: PtrKind.HOST | (hmem ? PtrKind.CUDA : 0) | (dmabuf ? PtrKind.DMABUF : 0),
       maxRecvs: 8,
       regIsGlobal: false,
       forceFlush: false,
@@ -251,14 +254,15 @@ export class OfiTransport implements Transport {
     this.railsOf = this.devices.map(() => []);
   }
 
-  /** INFO lines of discovery (thread 0 logs them). */
-  static describe(opened: OfiOpened, forceRails = 0): string[] {
+  /** INFO lines of discovery (thread 0 logs them). dmabuf: whether it was asked for (OFI_NCCL_DISABLE_DMABUF). */
+  static describe(opened: OfiOpened, forceRails = 0, dmabuf = true): string[] {
     const lines = [`ofi: ${opened.version}, provider ${opened.nics[0].provider}, ${opened.progress}`];
     for (const n of opened.nics) lines.push(`ofi: NIC ${n.domain}: ${n.describe}`);
     const nic = opened.nics[0];
     if (!nic.hmem) lines.push(`ofi: host memory only: ${nic.hmemWhy || 'the provider offers no FI_HMEM'}`);
     else if (nic.noCudaApi) lines.push('ofi: GPU memory is registered directly (FI_HMEM, CUDA); libfabric makes no CUDA call (FI_OPT_CUDA_API_PERMITTED)');
     else lines.push(`ofi: GPU memory is registered directly (FI_HMEM, CUDA), and ${nic.provider} calls CUDA on tsnet's I/O threads (TSNET_OFI_CUDA_API=1): this can deadlock with the application's CUDA calls`);
+    if (nic.hmem) lines.push(dmabufLine(opened.nics, dmabuf));
     if (nic.hmem && !nic.mixedIov)
       lines.push(`ofi: ${opened.version} cannot gather host and GPU memory in one send: sends from GPU memory are not sent eager (libfabric 1.18 can)`);
     // shm moves each write's bytes inside the target endpoint's completion-queue poll, so one
@@ -336,7 +340,8 @@ export class OfiTransport implements Transport {
     const local: Registration[] = [];
     let shared = false;
     try {
-      for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind, ipc));
+      // A DMA-BUF's fd is valid during this call only: every rail registers through it now.
+      for (const r of ep.rails) regs.push(r.regMr(region.base, region.size, region.kind, ipc, region.dmabuf));
       // The answer is the pointer's, the same on every NIC.
       shared = ipc && regs.every((g) => g.ipc !== false);
       if (ipc && !shared) {
@@ -347,7 +352,7 @@ export class OfiTransport implements Transport {
           log.info(`ofi: TSNET_OFI_GPU_IPC: ${region.size} bytes of GPU memory at 0x${region.base.toString(16)} cannot be shared by CUDA IPC (${why}); such memory moves through host memory`);
         }
       }
-      if (shared) for (const r of ep.rails) local.push(r.regMr(region.base, region.size, region.kind));
+      if (shared) for (const r of ep.rails) local.push(r.regMr(region.base, region.size, region.kind, false, region.dmabuf));
     } catch (e) {
       regs.forEach((reg, i) => ep.rails[i].deregMr(reg));
       local.forEach((reg, i) => ep.rails[i].deregMr(reg));
@@ -355,6 +360,10 @@ export class OfiTransport implements Transport {
     }
     region.regs = regs;
     region.localRegs = shared ? local : undefined;
+    if (region.dmabuf && !this.dmabufSeen) {
+      this.dmabufSeen = true;
+      log.info(`ofi: GPU memory registered through DMA-BUF (NCCL's regMrDmaBuf: ${region.size} bytes at offset ${region.dmabuf.offset} of fd ${region.dmabuf.fd}); said once per protocol thread`);
+    }
   }
 
   deregister(region: Region, dev: number): void {
@@ -422,9 +431,9 @@ let OPENED: OfiOpened | undefined;
  * Opens libfabric (once per process) for the transport; the answer names the NICs. cudaApi:
  * GPU memory even through a provider that calls CUDA inside libfabric (TSNET_OFI_CUDA_API).
  */
-export function openOfi(binding: OfiBinding, cudaApi = false): OfiOpened {
+export function openOfi(binding: OfiBinding, cudaApi = false, dmabuf = true): OfiOpened {
   try {
-    OPENED ??= binding.ofiOpen({ hmem: true, cudaApi });
+    OPENED ??= binding.ofiOpen({ hmem: true, cudaApi, dmabuf });
     return OPENED;
   } catch (e) {
     const err = e as Error & { result?: number };
@@ -432,6 +441,14 @@ export function openOfi(binding: OfiBinding, cudaApi = false): OfiOpened {
       ? systemError(`TSNET_TRANSPORT=ofi: ${err.message}`)
       : invalidArgument(`TSNET_TRANSPORT=ofi: ${err.message}`);
   }
+}
+
+/** INFO: whether GPU memory may come as a DMA-BUF (NCCL's regMrDmaBuf), and if not, why. */
+export function dmabufLine(nics: OfiNicInfo[], asked: boolean): string {
+  if (!asked) return 'ofi: no DMA-BUF registration of GPU memory (OFI_NCCL_DISABLE_DMABUF=1)';
+  const no = nics.find((n) => !n.dmabuf);
+  if (!no) return 'ofi: GPU memory may be registered through DMA-BUF (FI_MR_DMABUF): NCCL passes DMA-BUF descriptors where it uses them';
+  return `ofi: no DMA-BUF registration of GPU memory: ${no.dmabufWhy || `${no.provider} ${no.domain} does not offer it`}`;
 }
 
 /** Where a protocol thread's endpoints of one device run (INFO when it opens them). */
