@@ -4,10 +4,13 @@
 // SIGFPE, SIGILL, SIGTRAP or SIGSYS raised by a tsnet thread is delivered to that thread
 // whatever its mask (the kernel unblocks it and resets it to the default action when it is
 // blocked), so blocking them only kept the host's crash handlers (a training job's stack
-// dumper, a test's crash report) from running. They stay unblocked.
+// dumper, a test's crash report) from running. They stay unblocked. With TSNET_STALL_STACKS
+// set, so does the signal of native/stacks.h, so that these threads' stacks can be dumped.
 #pragma once
 #include <signal.h>
 #include <pthread.h>
+
+#include "stacks.h"
 
 namespace tsn {
 
@@ -16,6 +19,7 @@ inline void blockHostSignals() {
   sigfillset(&set);
   static const int kFaults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
   for (int s : kFaults) sigdelset(&set, s);
+  if (stackDumpsOn()) sigdelset(&set, stackSignal());
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 

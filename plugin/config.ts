@@ -41,6 +41,12 @@ export interface Config {
   lanePolicy: LanePolicy;
   /** TSNET_TRACE: a Chrome/Perfetto trace of every request goes to this file (%p: the pid). */
   traceFile: string | undefined;
+  /**
+   * TSNET_STALL_STACKS: when an I/O thread has sat inside one provider call past half the link
+   * timeout, every thread's stack of the process goes to this file, once (%p: the pid;
+   * native/stacks.h). A diagnostic; tsnet's threads then leave one real-time signal unblocked.
+   */
+  stallStacks: string | undefined;
   /** TSNET_STATS: per comm and per thread figures at close. */
   stats: boolean;
   /** TSNET_STATS=steps: also where requests spend their time between threads (plugin/steps.ts). */
@@ -241,6 +247,9 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   const trSrc = pick(env, ['TSNET_TRACE']);
   const traceFile = trSrc?.value.replace(/%p/g, String(process.pid));
   if (trSrc) note('trace file', traceFile, trSrc);
+  const ssSrc = pick(env, ['TSNET_STALL_STACKS']);
+  const stallStacks = ssSrc?.value.replace(/%p/g, String(process.pid));
+  if (ssSrc) note('thread stacks at a stalled provider call', stallStacks, ssSrc);
   const stSrc = pick(env, ['TSNET_STATS']);
   const stValue = stSrc?.value.toLowerCase();
   if (stSrc && stValue !== '0' && stValue !== '1' && stValue !== 'steps') throw invalidArgument(`${stSrc.name}=${stSrc.value}: expected 0, 1 or steps`);
@@ -328,6 +337,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       stripePolicy,
       lanePolicy,
       traceFile,
+      stallStacks,
       stats,
       statsSteps,
       spinUs,

@@ -22,6 +22,7 @@
 #include "../internal.h"
 #include "../wake_delays_js.h"
 #include "engine_internal.h"
+#include "../stacks.h"
 
 namespace tsn {
 namespace {
@@ -360,6 +361,21 @@ Napi::Value IoLaneState(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// dumpStacks(pathTemplate) -> { threads, answered, file }: every thread's stack of the process
+// into the file (native/stacks.h; "%p": the pid). Throws with the reason when the file cannot be
+// written. Only with TSNET_STALL_STACKS set do tsnet's own threads answer.
+Napi::Value DumpStacks(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsString()) return fail(env, "dumpStacks(pathTemplate) needs a file name");
+  StackDump d = dumpStacks(info[0].As<Napi::String>().Utf8Value());
+  if (!d.error.empty()) return fail(env, "dumpStacks: " + d.error);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("threads", d.threads);
+  o.Set("answered", d.answered);
+  o.Set("file", d.file);
+  return o;
+}
+
 // ioStalls(thresholdMs) -> [{ thread, lane, ms, call }]: I/O threads that have been inside one
 // provider call (libfabric, or CUDA's context call) for thresholdMs or more without finishing a
 // pass, each reported once per call, to whichever protocol thread asks first. Such a call may
@@ -507,6 +523,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioWakes", Napi::Function::New(e, IoWakes, "ioWakes"));
   o.Set("ioSetSpin", Napi::Function::New(e, IoSetSpin, "ioSetSpin"));
   o.Set("ioStalls", Napi::Function::New(e, IoStalls, "ioStalls"));
+  o.Set("dumpStacks", Napi::Function::New(e, DumpStacks, "dumpStacks"));
   o.Set("ioLaneState", Napi::Function::New(e, IoLaneState, "ioLaneState"));
   ofiRegister(env, exports);
 }

@@ -68,3 +68,21 @@ describe('an I/O thread stuck inside a provider call', () => {
     expect(stallWarnings({}, 'shm', 10_000)).toEqual([]); // an engine without the function
   });
 });
+
+describe('TSNET_STALL_STACKS at a stall', () => {
+  it('dumps every thread\'s stack once per process and says where, or why not', async () => {
+    const { stallStacksLine } = await transport();
+    const asked: string[] = [];
+    const binding = { dumpStacks: (f: string) => (asked.push(f), { threads: 41, answered: 39, file: '/tmp/s-77.txt' }) };
+    expect(stallStacksLine(binding, '/tmp/s-%p.txt')).toBe(
+      "ofi: the stacks of this process's 41 threads are in /tmp/s-77.txt (TSNET_STALL_STACKS; 39 answered, the others block the signal)",
+    );
+    expect(stallStacksLine(binding, '/tmp/s-%p.txt')).toBeUndefined();
+    expect(asked).toEqual(['/tmp/s-%p.txt']);
+    const other = await transport();
+    const failing = { dumpStacks: () => { throw new Error('dumpStacks: cannot open /nope/x: No such file or directory'); } };
+    expect(other.stallStacksLine(failing, '/nope/x')).toBe('ofi: TSNET_STALL_STACKS: dumpStacks: cannot open /nope/x: No such file or directory');
+    const third = await transport();
+    expect(third.stallStacksLine({}, '/tmp/x')).toBeUndefined(); // an engine without the function
+  });
+});

@@ -70,6 +70,8 @@ export interface OfiBinding extends EngineBinding {
   ofiLastError(lane: number): string;
   /** I/O threads inside one provider call for thresholdMs or more, each reported once (engine_js.cc). */
   ioStalls?(thresholdMs: number): { thread: number; lane: number; ms: number; call: string }[];
+  /** Every thread's stack into the file (native/stacks.h; %p: the pid). */
+  dumpStacks?(pathTemplate: string): { threads: number; answered: number; file: string };
   ioClose(lane: number, graceful: boolean): { partial: boolean; hard: boolean };
 }
 

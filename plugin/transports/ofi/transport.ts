@@ -392,7 +392,12 @@ export class OfiTransport implements Transport {
   tick(now: number, timeoutMs: number): void {
     for (const ep of this.endpoints) ep?.tick(now, timeoutMs);
     for (const rails of this.railsOf) for (const r of rails) if (r.deregsPending) r.retryDeregs(now, timeoutMs);
-    for (const line of stallWarnings(this.binding, this.opened.nics[0].provider, timeoutMs)) log.warn(line);
+    const stalled = stallWarnings(this.binding, this.opened.nics[0].provider, timeoutMs);
+    for (const line of stalled) log.warn(line);
+    if (stalled.length && this.config.stallStacks) {
+      const line = stallStacksLine(this.binding, this.config.stallStacks);
+      if (line) log.warn(line);
+    }
   }
 
   release(): void {
@@ -423,6 +428,23 @@ export function stallWarnings(binding: Pick<OfiBinding, 'ioStalls'>, provider: s
       `${(timeoutMs / 1000).toFixed(0)} s. Seen with shm: a CUDA call inside libfabric waiting on a lock the application holds ` +
       `(TSNET_OFI_CUDA_API=1), and a lock held by a killed peer (docs/ofi-facts.md)`,
   );
+}
+
+let STACKS_DUMPED = false;
+
+/**
+ * TSNET_STALL_STACKS: every thread's stack, once per process, when the first stall is reported;
+ * the WARN line that says where they went, or undefined when they were written already.
+ */
+export function stallStacksLine(binding: Pick<OfiBinding, 'dumpStacks'>, file: string): string | undefined {
+  if (STACKS_DUMPED || !binding.dumpStacks) return undefined;
+  STACKS_DUMPED = true;
+  try {
+    const d = binding.dumpStacks(file);
+    return `ofi: the stacks of this process's ${d.threads} threads are in ${d.file} (TSNET_STALL_STACKS; ${d.answered} answered, the others block the signal)`;
+  } catch (e) {
+    return `ofi: TSNET_STALL_STACKS: ${(e as Error).message}`;
+  }
 }
 
 let OPENED: OfiOpened | undefined;
