@@ -410,12 +410,18 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   {
     std::lock_guard<std::mutex> g(g_mu);
     if (!g_nics || nic < 0 || nic >= static_cast<int>(g_nics->size())) return fail(env, "ofiRail: no such NIC");
-    if (!(*g_domains)[nic]) {
+    if ((*g_nics)[nic].domainPerEndpoint) {  // its registrations go to it through the lane (OfiRegMr)
       OfiError err;
-      (*g_domains)[nic] = OfiDomain::open((*g_nics)[nic], &err);
-      if (!(*g_domains)[nic]) return fail(env, err.text, err.result);
+      domain = OfiDomain::open((*g_nics)[nic], &err, false);
+      if (!domain) return fail(env, err.text, err.result);
+    } else {
+      if (!(*g_domains)[nic]) {
+        OfiError err;
+        (*g_domains)[nic] = OfiDomain::open((*g_nics)[nic], &err);
+        if (!(*g_domains)[nic]) return fail(env, err.text, err.result);
+      }
+      domain = (*g_domains)[nic];
     }
-    domain = (*g_domains)[nic];
   }
   static std::atomic<uint32_t> rr{0};
   int n = static_cast<int>(E->threads.size());

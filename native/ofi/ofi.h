@@ -107,6 +107,9 @@ struct OfiNic {
   std::string hmemWhy;     // why hmem is false, when it was asked for
   bool noCudaApi = false;  // hmem, and every endpoint is opened with FI_OPT_CUDA_API_PERMITTED =
                            // false: libfabric makes no CUDA call; else (hmem) it may
+  bool domainPerEndpoint = false;  // each endpoint opens a fabric and domain of its own (shm: its
+                           // caches of peers' memory are per domain but keyed by each endpoint's
+                           // own peer numbers, docs/ofi-facts.md)
   bool mixedIov = true;    // one send may gather host and GPU memory: libfabric 1.18+; 1.17's shm
                            // copies every iovec of a send as the first one's memory
   bool autoProgress = false;  // data progress FI_PROGRESS_AUTO; else MANUAL: poll to progress
@@ -145,7 +148,8 @@ class OfiEndpoint;
 // object while one is alive).
 class OfiDomain {
  public:
-  static std::shared_ptr<OfiDomain> open(const OfiNic& nic, OfiError* err);
+  // shared false: a fabric and domain of the caller's own, never handed to another caller.
+  static std::shared_ptr<OfiDomain> open(const OfiNic& nic, OfiError* err, bool shared = true);
   ~OfiDomain();
   OfiDomain(const OfiDomain&) = delete;
   OfiDomain& operator=(const OfiDomain&) = delete;

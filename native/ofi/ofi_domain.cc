@@ -27,13 +27,13 @@ OfiDomain::~OfiDomain() {
 
 const OfiNic& OfiDomain::nic() const { return impl_->nic; }
 
-std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic& nic, OfiError* err) {
+std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic& nic, OfiError* err, bool shared) {
   if (!ofiLoad(nullptr) || !nic.info) {
     *err = invalid("OfiDomain::open: libfabric is not loaded or the NIC did not come from ofiDiscover");
     return nullptr;
   }
   std::lock_guard<std::mutex> g(domainsMu);
-  if (auto live = domains[nic.identity].lock()) return live;
+  if (auto live = shared ? domains[nic.identity].lock() : nullptr) return live;
   auto impl = std::make_unique<Impl>();
   impl->nic = nic;
   OfiSignalGuard guard;
@@ -49,7 +49,7 @@ std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic& nic, OfiError* err) {
     return nullptr;
   }
   std::shared_ptr<OfiDomain> d(new OfiDomain(std::move(impl)));
-  domains[nic.identity] = d;
+  if (shared) domains[nic.identity] = d;
   return d;
 }
 
@@ -238,7 +238,7 @@ struct OfiDomain::Impl {
 OfiDomain::OfiDomain(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OfiDomain::~OfiDomain() = default;
 const OfiNic& OfiDomain::nic() const { return impl_->nic; }
-std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic&, OfiError* err) {
+std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic&, OfiError* err, bool) {
   ofiLoad(&err->text);
   err->code = -38;  // ENOSYS
   err->result = ofiResultOf(err->code);
