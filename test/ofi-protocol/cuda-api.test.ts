@@ -75,7 +75,7 @@ describe('TSNET_STALL_STACKS at a stall', () => {
     const asked: string[] = [];
     const binding = { dumpStacks: (f: string) => (asked.push(f), { threads: 41, answered: 39, file: '/tmp/s-77.txt' }) };
     expect(stallStacksLine(binding, '/tmp/s-%p.txt')).toBe(
-      "ofi: the stacks of this process's 41 threads are in /tmp/s-77.txt (TSNET_STALL_STACKS; 39 answered, the others block the signal)",
+      "ofi: the stacks of this process's 41 threads are in /tmp/s-77.txt (TSNET_STALL_STACKS; 39 of them answered: a thread that blocks the signal cannot)",
     );
     expect(stallStacksLine(binding, '/tmp/s-%p.txt')).toBeUndefined();
     expect(asked).toEqual(['/tmp/s-%p.txt']);

@@ -724,6 +724,21 @@ int scenarioDiscover() {
     if (!optional && err.text.find("fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)") == std::string::npos)
       fail("the failed open does not name the option: %s", err.text.c_str());
   }
+  // shm endpoints get a domain each (its caches of peers' memory are per domain but keyed by
+  // endpoint-local peer numbers); other providers share one per NIC.
+  if (env.nic.domainPerEndpoint != (env.nic.provider == "shm"))
+    fail("domainPerEndpoint is %d for %s", env.nic.domainPerEndpoint, env.nic.provider.c_str());
+  {
+    OfiError err;
+    std::shared_ptr<OfiDomain> a = OfiDomain::open(env.nic, &err, false), b = OfiDomain::open(env.nic, &err, false);
+    std::shared_ptr<OfiDomain> shared = OfiDomain::open(env.nic, &err);
+    if (!a || !b || a == b || a == env.domain || shared != env.domain)
+      fail("OfiDomain::open: private domains must be new and distinct, a shared one the NIC's (%s)", err.text.c_str());
+    std::unique_ptr<OfiEndpoint> ea = a ? OfiEndpoint::open(a, OfiEndpointOptions{}, &err) : nullptr;
+    std::unique_ptr<OfiEndpoint> eb = b ? OfiEndpoint::open(b, OfiEndpointOptions{}, &err) : nullptr;
+    if (!ea || !eb || ea->name() == eb->name()) fail("endpoints on two private domains of one NIC: %s", err.text.c_str());
+    else fact("%s: a domain per endpoint %s", env.nic.provider.c_str(), env.nic.domainPerEndpoint ? "(as ofiRail opens them)" : "possible, not used");
+  }
   // Asked for GPU memory without CUDA calls: granted only with the option (or no CUDA at all).
   if (!nics.empty() && nics[0].hmem && !nics[0].noCudaApi) fail("GPU memory granted with CUDA calls inside libfabric, not asked for");
   if (!nics.empty() && !nics[0].hmem && cudaWhy.empty() && !optional && nics[0].hmemWhy.find("TSNET_OFI_CUDA_API=1") == std::string::npos)

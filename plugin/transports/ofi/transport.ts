@@ -441,7 +441,7 @@ export function stallStacksLine(binding: Pick<OfiBinding, 'dumpStacks'>, file: s
   STACKS_DUMPED = true;
   try {
     const d = binding.dumpStacks(file);
-    return `ofi: the stacks of this process's ${d.threads} threads are in ${d.file} (TSNET_STALL_STACKS; ${d.answered} answered, the others block the signal)`;
+    return `ofi: the stacks of this process's ${d.threads} threads are in ${d.file} (TSNET_STALL_STACKS; ${d.answered} of them answered: a thread that blocks the signal cannot)`;
   } catch (e) {
     return `ofi: TSNET_STALL_STACKS: ${(e as Error).message}`;
   }
