@@ -62,6 +62,7 @@ describe('an I/O thread stuck inside a provider call', () => {
     expect(line).toMatch(/^ofi: I\/O thread 3 has been inside a completion queue poll \(lane 17, shm\) for 5\.2 s and most likely will not return/);
     expect(line).toMatch(/fail when their peers stay silent for 10 s/);
     expect(line).toMatch(/TSNET_OFI_CUDA_API=1/);
+    expect(line).toMatch(/TSNET_STALL_STACKS=<file> writes every thread's stack then$/);
     stallWarnings(binding, 'shm', 1000);
     expect(asked[1]).toBe(1000);
     expect(stallWarnings({ ioStalls: () => [] }, 'shm', 10_000)).toEqual([]);

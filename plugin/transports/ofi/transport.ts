@@ -426,7 +426,7 @@ export function stallWarnings(binding: Pick<OfiBinding, 'ioStalls'>, provider: s
       `ofi: I/O thread ${s.thread} has been inside ${s.call} (lane ${s.lane}, ${provider}) for ${(s.ms / 1000).toFixed(1)} s and most likely ` +
       `will not return: nothing outside the call can end it, and the comms on its endpoints fail when their peers stay silent for ` +
       `${(timeoutMs / 1000).toFixed(0)} s. Seen with shm: a CUDA call inside libfabric waiting on a lock the application holds ` +
-      `(TSNET_OFI_CUDA_API=1), and a lock held by a killed peer (docs/ofi-facts.md)`,
+      `(TSNET_OFI_CUDA_API=1), and a lock held by a killed peer (docs/ofi-facts.md); TSNET_STALL_STACKS=<file> writes every thread's stack then`,
   );
 }
 
