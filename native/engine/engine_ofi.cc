@@ -513,10 +513,11 @@ Napi::Value OfiRegMr(const Napi::CallbackInfo& info) {
   OfiDmaBuf dmabuf;
   bool viaDmaBuf = info.Length() > 5 && info[5].IsNumber();
   if (viaDmaBuf) {
+    // Numbers that convert; OfiMr::reg checks what they mean.
     double fd = num(info, 5), offset = info.Length() > 6 ? num(info, 6) : 0;
-    if (fd < 0 || fd > INT32_MAX || fd != static_cast<int>(fd) || !(offset >= 0) || offset > addr)
+    if (fd < 0 || fd > INT32_MAX || fd != static_cast<int>(fd) || !(offset >= 0))
       return fail(env, "ofiRegMr: DMA-BUF fd " + std::to_string(fd) + " and offset " + std::to_string(offset) +
-                           " need a descriptor and an offset within the address");
+                           " need a descriptor and an offset of 0 or more");
     dmabuf.fd = static_cast<int>(fd);
     dmabuf.offset = static_cast<uint64_t>(offset);
   }

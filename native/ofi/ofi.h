@@ -108,8 +108,8 @@ struct OfiNic {
   bool noCudaApi = false;  // hmem, and every endpoint is opened with FI_OPT_CUDA_API_PERMITTED =
                            // false: libfabric makes no CUDA call; else (hmem) it may
   bool domainPerEndpoint = false;  // each endpoint opens a fabric and domain of its own (shm: its
-                           // caches of peers' memory are per domain but keyed by each endpoint's
-                           // own peer numbers, docs/ofi-facts.md)
+                           // cache of peers' CUDA IPC mappings is per domain but keyed by each
+                           // endpoint's own peer numbers, docs/ofi-facts.md)
   bool mixedIov = true;    // one send may gather host and GPU memory: libfabric 1.18+; 1.17's shm
                            // copies every iovec of a send as the first one's memory
   bool autoProgress = false;  // data progress FI_PROGRESS_AUTO; else MANUAL: poll to progress

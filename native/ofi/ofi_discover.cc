@@ -200,11 +200,11 @@ OfiNic nicOf(const fi_info* i, bool hmemAsked) {
   n.hmem = (i->caps & FI_HMEM) != 0;
   if (hmemAsked && !n.hmem) n.hmemWhy = n.provider + " does not offer FI_HMEM";
   n.mixedIov = f.runtime >= FI_VERSION(1, 18);
-  // shm keeps its caches of peers' memory (CUDA IPC mappings, xpmem attachments) per domain,
-  // keyed by the peer's number in the receiving endpoint's own table, so two endpoints of one
-  // domain mistake their peers 0 for each other: with CUDA IPC the cache then closes a mapping
-  // while a transfer is under way, and cudaIpcCloseMemHandle waited there for good (4 ranks,
-  // AllToAll; docs/ofi-facts.md). Each shm endpoint gets a domain of its own.
+  // shm keeps its cache of peers' CUDA IPC mappings per domain, keyed by the peer's number in
+  // the receiving endpoint's own table, so two endpoints of one domain mistake their peers 0 for
+  // each other: the cache then closes a mapping while a transfer is under way, and
+  // cudaIpcCloseMemHandle waited there for good (4 ranks, AllToAll; docs/ofi-facts.md). Each
+  // shm endpoint gets a domain of its own.
   n.domainPerEndpoint = n.provider == "shm";
   n.autoProgress = i->domain_attr->data_progress == FI_PROGRESS_AUTO;
   n.rxCqData = (i->mode & FI_RX_CQ_DATA) != 0;

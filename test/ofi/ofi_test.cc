@@ -724,8 +724,8 @@ int scenarioDiscover() {
     if (!optional && err.text.find("fi_setopt(FI_OPT_CUDA_API_PERMITTED, false)") == std::string::npos)
       fail("the failed open does not name the option: %s", err.text.c_str());
   }
-  // shm endpoints get a domain each (its caches of peers' memory are per domain but keyed by
-  // endpoint-local peer numbers); other providers share one per NIC.
+  // shm endpoints get a domain each (its cache of peers' CUDA IPC mappings is per domain but
+  // keyed by endpoint-local peer numbers); other providers share one per NIC.
   if (env.nic.domainPerEndpoint != (env.nic.provider == "shm"))
     fail("domainPerEndpoint is %d for %s", env.nic.domainPerEndpoint, env.nic.provider.c_str());
   {
