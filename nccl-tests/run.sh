@@ -12,26 +12,9 @@
 #             mpi1 = NP processes under mpirun all on GPU 0, each its own NCCL host
 #                    (NCCL_HOSTID), with a CUDA MPS daemon of its own (default: g2 mpi)
 #   NP        processes of the mpi modes (default: 2)
-#   VARIANTS  any of (default: tsnet socket socket-tuned)
-#             tsnet           tsnet, its default transport (TCP)
-#             tsnet-ofi       tsnet over libfabric, NCCL_NET_GDR_LEVEL=SYS and TSNET_OFI_CUDA_API=1:
-#                             GPU buffers go to the plugin (GPUDirect), even through a provider
-#                             that calls CUDA inside libfabric, as shm does (it can deadlock)
-#             tsnet-ofi-ipc   tsnet-ofi with TSNET_OFI_GPU_IPC=1 (GPU memory registered for
-#                             CUDA IPC) and NCCL_CUMEM_ENABLE=0: legacy CUDA IPC cannot export
-#                             the cuMem* memory NCCL allocates by default, which would then
-#                             move through host memory as in tsnet-ofi
-#             tsnet-ofi-host  tsnet over libfabric, NCCL_NET_GDR_LEVEL=LOC: no GPUDirect, NCCL
-#                             stages through host memory
-#             tsnet-ofi-rails tsnet-ofi-host over 4 rails (OFI_NCCL_FORCE_NUM_RAILS=4): with shm, every
-#                             rail an endpoint of its own, so a comm copies on 4 I/O threads
-#             tsnet-ofi-rails-comm  tsnet-ofi-rails with TSNET_OFI_SMALL_RAIL=comm: each comm's
-#                             small, eager and control messages and single-stripe ones up to
-#                             the eager limit on one rail
-#             socket          NCCL's Socket transport, defaults
-#             socket-tuned    Socket with NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4
-#             The ofi variants take the provider and library from EXTRA_ENV (FI_PROVIDER=shm,
-#             TSNET_LIBFABRIC=/path/libfabric.so.1).
+#   VARIANTS  any of nccl-tests/variants.sh's (default: tsnet socket socket-tuned); the ofi
+#             variants take the provider and library from EXTRA_ENV (FI_PROVIDER=shm,
+#             TSNET_LIBFABRIC=/path/libfabric.so.1)
 #   ARGS      nccl-tests arguments      (default: -b 8 -e 1G -f 2 -c 1 -n 10 -w 3)
 #   RUN_TIMEOUT  seconds per run        (default: 240)
 #   EXTRA_ENV "K=V K=V" added to every run (e.g. NCCL_PROTO=LL)
@@ -53,22 +36,7 @@ VARIANTS=${VARIANTS:-tsnet socket socket-tuned}
 ARGS=${ARGS:--b 8 -e 1G -f 2 -c 1 -n 10 -w 3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 
-common=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET
-        NCCL_SOCKET_IFNAME=lo)
-variant_env() {
-  local ofi="NCCL_NET=tsnet NCCL_NET_PLUGIN=$so TSNET_TRANSPORT=ofi"
-  case $1 in
-    tsnet) echo "NCCL_NET=tsnet NCCL_NET_PLUGIN=$so" ;;
-    tsnet-ofi) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1" ;;
-    tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1 TSNET_OFI_GPU_IPC=1 NCCL_CUMEM_ENABLE=0" ;;
-    tsnet-ofi-host) echo "$ofi NCCL_NET_GDR_LEVEL=LOC" ;;
-    tsnet-ofi-rails) echo "$ofi NCCL_NET_GDR_LEVEL=LOC OFI_NCCL_FORCE_NUM_RAILS=4" ;;
-    tsnet-ofi-rails-comm) echo "$ofi NCCL_NET_GDR_LEVEL=LOC OFI_NCCL_FORCE_NUM_RAILS=4 TSNET_OFI_SMALL_RAIL=comm" ;;
-    socket) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none" ;;
-    socket-tuned) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none NCCL_SOCKET_NTHREADS=4 NCCL_NSOCKS_PERTHREAD=4" ;;
-    *) echo "unknown variant $1" >&2; exit 2 ;;
-  esac
-}
+. "$(dirname "${BASH_SOURCE[0]}")/variants.sh"
 for v in $VARIANTS; do variant_env "$v" > /dev/null; done
 for mode in $MODES; do
   case $mode in g[2-8]|mpi|mpi1) ;; *) echo "unknown mode $mode" >&2; exit 2 ;; esac
