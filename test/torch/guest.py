@@ -53,7 +53,9 @@ FIGURES = {}
 
 
 def say(msg):
-    print(f"guest r{RANK}: {msg}", flush=True)
+    # One write per line: the ranks share torchrun's output, and print() writes the newline apart.
+    sys.stdout.write(f"guest r{RANK}: {msg}\n")
+    sys.stdout.flush()
 
 
 def fail(what):

@@ -41,6 +41,8 @@ for mode in $MODES; do
   for v in $VARIANTS; do
     name="$mode.$v"
     env=("${common[@]}" $(variant_env "$v") ${EXTRA_ENV:-})
+    # killpeer: PyTorch's flight-recorder dump on the failure would hold the survivors a minute more.
+    [ "$mode" = killpeer ] && env+=(TORCH_NCCL_DUMP_ON_TIMEOUT=0)
     start=$(date +%s.%N)
     (
       echo "# tsnet torch guest run: $name"
@@ -59,7 +61,15 @@ for mode in $MODES; do
       grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|timing:|done:|the all_reduce failed|no error in|exits now|process group up)' "$log" | sed 's/^/  /'
       if [ "$mode" = killpeer ]; then
         killed=$(sed -n 's/^guest r[0-9]*: exits now .* at \([0-9.]*\)$/\1/p' "$log" | head -1)
-        [ -n "$killed" ] && awk -v a="$killed" -v b="$end" 'BEGIN{printf "  the run ended %.1f s after the rank exited\n", b-a}'
+        # PyTorch's watchdog line when NCCL reported the error: [rank0]:[E1127 11:24:16.971635911 ...
+        seen=$(sed -n 's/^\[rank[0-9]*\]:\[E\([0-9][0-9]\)\([0-9][0-9]\) \([0-9:.]*\) .*raised the following async exception.*/\1-\2 \3/p' "$log" | head -1)
+        if [ -n "$killed" ]; then
+          awk -v a="$killed" -v b="$end" 'BEGIN{printf "  the run ended %.1f s after the rank exited\n", b-a}'
+          if [ -n "$seen" ]; then
+            at=$(date -d "$(date -d "@${killed%.*}" +%Y)-$seen" +%s.%N 2>/dev/null)
+            [ -n "$at" ] && awk -v a="$killed" -v b="$at" 'BEGIN{printf "  NCCL reported the error to PyTorch %.2f s after the rank exited\n", b-a}'
+          fi
+        fi
         if grep -q '^guest r[0-9]*: the all_reduce failed' "$log"; then echo "  verdict: the ranks left behind got an error"
         elif grep -q '^guest r[0-9]*: no error in' "$log"; then echo "  verdict: FAILED: the dead peer went unnoticed"
         elif grep -q 'Watchdog caught collective operation timeout' "$log"; then echo "  verdict: FAILED: only the process group's timeout ended them"
