@@ -4,8 +4,8 @@
 // receives, messages pushed back to later receives by their tags, teardown under load and
 // reconnects, the 0x1 marker, an oversize send, a killed peer) and the one-process scenarios
 // (tables, bad input, lifecycles). TSNET_TIMEOUT_SEC is short so that silence is seen quickly:
-// libfabric tells of a dead peer by silence (docs/rdma-protocol.md). Skipped, saying so, where
-// libfabric is not installed.
+// libfabric tells of a dead peer by silence (docs/rdma-protocol.md), except that over shm tsnet
+// looks the peer's process up. Skipped, saying so, where libfabric is not installed.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
 import { HAVE_LIBFABRIC, LIB, ROOT, buildDriver, requireLib } from './build-driver';
@@ -58,6 +58,14 @@ for (const provider of ['tcp', 'shm'])
       expect(pair.out).toMatch(new RegExp(`^ok - v12 transfer \\[recv\\]: recv of ${64 << 20} bytes: data equal`, 'm'));
       expect(pair.out).toMatch(/^ok - v12 killpeer \[recv\]: after the sender's SIGKILL test\(\) returned an error/m);
       expect(pair.out).toMatch(/^ok - v12 killpeer \[send\]: after the receiver's SIGKILL test\(\) returned an error/m);
+    });
+
+    // shm: every peer is on this host, so the survivor looks the killed process up
+    // (plugin/transports/ofi/peer-process.ts) rather than waiting out TSNET_TIMEOUT_SEC.
+    it.runIf(provider === 'shm')('--procs 2: killpeer: the survivor fails its comm because the peer process exited, both ways', () => {
+      const both = pair.out + pair.err;
+      expect(both).toMatch(/killpeer \[recv\]: log 2: NET\/tsnet ofi shm recv comm \d+: the peer's process \d+ has exited/);
+      expect(both).toMatch(/killpeer \[send\]: log 2: NET\/tsnet ofi shm send comm \d+: the peer's process \d+ has exited/);
     });
 
     it('--procs 2: pushback matches by the rule in both posting orders', () => {

@@ -6,6 +6,7 @@ import { BOUNCE_TOKEN } from '../../plugin/transports/ofi/bounce';
 import { OFI_DEFAULTS, type OfiConfig } from '../../plugin/transports/ofi/config';
 import { OfiEndpoint } from '../../plugin/transports/ofi/endpoint';
 import type { Complete, RecvComm, Region, ReqBuf, SendComm } from '../../plugin/transports/ofi/fabric';
+import type { ProcStat } from '../../plugin/transports/ofi/peer-process';
 import { FakeFabric, type FakeHost, type FakeOptions, rng } from './fake-fabric';
 
 export interface WorldOptions {
@@ -23,6 +24,11 @@ export interface WorldOptions {
   flushScratch?: boolean;
   /** EndpointOptions.gpuEager of both endpoints (default true). */
   gpuEager?: boolean;
+  /**
+   * Every peer on this host (EndpointOptions.watchPeers), each side reading its /proc through
+   * this (side name → ProcStat); side i's own pid is 1000 + i.
+   */
+  procStat?: (side: string) => ProcStat;
 }
 
 export interface Done {
@@ -107,6 +113,8 @@ export class World {
       flushScratch: this.opts.flushScratch ? this.fabric.region(host, 64 * nics, 'cuda', 999) : null,
       gpuEager: this.opts.gpuEager,
       pid: 1000 + this.sides.length, // each fake host is its own process
+      watchPeers: !!this.opts.procStat,
+      procStat: this.opts.procStat?.(name),
     });
     for (const r of host.rails) r.onCompletions = ep.onCompletions;
     const s = new Side(this, host, ep);

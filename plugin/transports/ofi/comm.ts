@@ -7,6 +7,7 @@ import { MAX_RAILS } from './config';
 import type { OfiEndpoint } from './endpoint';
 import type { Complete, Completion, StepTrace } from './fabric';
 import { OpKind } from './ops';
+import { PROBE_MS } from './peer-process';
 import { nicOf } from './policy/rails';
 import { completionError } from './status';
 import { MsgKind, immMsg } from './wire';
@@ -46,6 +47,10 @@ export abstract class OfiComm {
   trace: StepTrace | undefined;
   protected heardAt: number;
   protected wroteAt: number;
+  /** The peer's process id and start time where its process is watched (peer-process.ts); pid 0: not watched. */
+  private peerPid = 0;
+  private peerStart = 0;
+  private probedAt = -Infinity;
 
   constructor(
     protected readonly ep: OfiEndpoint,
@@ -81,6 +86,24 @@ export abstract class OfiComm {
     }
   }
 
+  /**
+   * The peer's process (from CONNECT or ACCEPT): watched where the endpoint's peers are all on
+   * this host and the pid names the same process here; else the INFO line says why, once per
+   * endpoint, and only silence tells a dead peer.
+   */
+  protected watchPeer(pid: number, start: number): void {
+    const procs = this.ep.procs;
+    if (!procs || pid === this.ep.pid) return; // another host may be on the other end; or ourselves
+    const ok = procs.check(pid, start);
+    if (ok === true) {
+      this.peerPid = pid;
+      this.peerStart = start;
+    } else if (!procs.unwatched) {
+      procs.unwatched = ok;
+      log.info(`${this.ep.name}: a dead peer is noticed by silence only (TSNET_TIMEOUT_SEC), not by its process: ${ok}`);
+    }
+  }
+
   /** The peer showed a sign of life. */
   heard(): void {
     this.heardAt = this.ep.now;
@@ -91,7 +114,11 @@ export abstract class OfiComm {
     this.fail(completionError(this.name, OP_NAMES[kind] ?? `operation ${kind}`, rail, c));
   }
 
-  /** Heartbeats when quiet for a quarter of the timeout; fails when the peer is silent for all of it with work pending. */
+  /**
+   * Heartbeats when quiet for a quarter of the timeout; fails when the peer is silent for all of
+   * it with work pending, or, where its process is watched, quiet for PROBE_MS and that process
+   * is gone.
+   */
   tick(now: number, timeoutMs: number): void {
     if (this.failed || this.closed || this.peerComm === 0) return;
     if (now - this.wroteAt >= timeoutMs / 4) {
@@ -100,6 +127,11 @@ export abstract class OfiComm {
       const nic = this.nic[0];
       const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, nic, 0, 0, 0);
       this.ep.rails[nic].send(this.peer[0], line.base + this.ep.zeroAt, 0, line.regs[nic].desc, immMsg(MsgKind.HEARTBEAT, this.peerComm), token);
+    }
+    if (this.peerPid && this.pending > 0 && now - this.heardAt >= PROBE_MS && now - this.probedAt >= PROBE_MS) {
+      this.probedAt = now;
+      const gone = this.ep.procs!.gone(this.peerPid, this.peerStart);
+      if (gone) return this.fail(remoteError(`${this.name}: the peer's ${gone}`));
     }
     if (this.pending > 0 && now - this.heardAt > timeoutMs)
       this.fail(remoteError(`${this.name}: nothing heard from the peer for ${((now - this.heardAt) / 1000).toFixed(1)} s with ${this.pending} request(s) pending`));

@@ -14,6 +14,7 @@ import { CqFlag, type Completion, type HostBuffer, type OnCompletions, type Rail
 import { Fences } from './fence';
 import { LINE_BYTES, ZERO_AT } from './line';
 import { OpKind, OpTable } from './ops';
+import { PeerProcesses, type ProcStat, readProcStat } from './peer-process';
 import { deviceRails } from './policy/rails';
 import type { OfiRecvComm } from './recv-comm';
 import type { OfiSendComm } from './send-comm';
@@ -51,6 +52,16 @@ export interface EndpointOptions {
    * its own IPC handles. Tests give their fake hosts different ids.
    */
   pid?: number;
+  /**
+   * Every peer runs on this host (shm): a quiet peer's process is looked up in /proc, and a
+   * dead one fails its comms at once rather than after the silence of the timeout
+   * (peer-process.ts). Default false.
+   */
+  watchPeers?: boolean;
+  /** Reads /proc/<pid>/stat (default readProcStat); tests give fake processes. */
+  procStat?: ProcStat;
+  /** This process's start time sent in CONNECT and ACCEPT (default: from procStat). */
+  start?: number;
 }
 
 /** Host memory the transport allocated and registered on every NIC. */
@@ -96,6 +107,10 @@ export class OfiEndpoint {
   readonly gpuEager: boolean;
   /** EndpointOptions.pid. */
   readonly pid: number;
+  /** Where every peer is on this host (EndpointOptions.watchPeers): their processes; else null. */
+  readonly procs: PeerProcesses | null;
+  /** This process's start time (CONNECT and ACCEPT carry it); 0: none sent. */
+  readonly start: number;
 
   private readonly comms: (OfiComm | undefined)[];
   /** The same comms, for ticking. */
@@ -141,6 +156,8 @@ export class OfiEndpoint {
     this.flushScratch = opts.flushScratch ?? null;
     this.gpuEager = opts.gpuEager ?? true;
     this.pid = (opts.pid ?? process.pid) >>> 0;
+    this.procs = opts.watchPeers ? new PeerProcesses(opts.procStat ?? readProcStat, this.pid, opts.start) : null;
+    this.start = this.procs?.selfStart ?? 0;
     const eager = this.config.eagerMax;
     this.eagerCapacity = eager < 0 ? -1 : eager;
     const bufBytes = Math.max(Math.ceil(Math.max(eager, 0) / 64) * 64, CONNECT_BYTES, ACCEPT_BYTES);

@@ -10,13 +10,13 @@
 // immediate data of a two-sided message (32 bits): bits 0-14 comm or listener id | 15-17 kind
 // handle (80 bytes): u32 'TSNO', u16 version, u8 name length, u8 NICs, u16 listener id, u16 0,
 //   u32 nonce, 64-byte rail-0 endpoint name
-// CONNECT (<= 328 bytes) and ACCEPT (<= 288 bytes): see encodeConnect / encodeAccept
+// CONNECT (<= 336 bytes) and ACCEPT (<= 296 bytes): see encodeConnect / encodeAccept
 // control entry (64 bytes, one per sub-receive): see ENTRY_* word offsets
 // eager header (8 bytes): u16 eager ordinal, u16 base receive sequence, i32 tag
 import { invalidArgument } from '../../errors';
 import { MAX_RAILS } from './config';
 
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 export const NAME_BYTES = 64;
 
 // ---- immediate data ----------------------------------------------------------------------
@@ -132,14 +132,15 @@ export function decodeHandle(b: Uint8Array): Handle {
 
 export const CONNECT_MAGIC = 0x434e5354; // 'TSNC'
 export const ACCEPT_MAGIC = 0x414e5354; // 'TSNA'
-const CONNECT_HEADER = 72;
+const CONNECT_HEADER = 80;
 export const CONNECT_BYTES = CONNECT_HEADER + MAX_RAILS * NAME_BYTES;
 /**
  * CONNECT flag: the connector's GPU memory is registered for CUDA IPC (TSNET_OFI_GPU_IPC), so a
  * written send completes only when the receiver acknowledges it (docs/rdma-protocol.md).
  */
 export const CONNECT_GPU_IPC = 1;
-export const ACCEPT_BYTES = 32 + MAX_RAILS * NAME_BYTES;
+const ACCEPT_HEADER = 40;
+export const ACCEPT_BYTES = ACCEPT_HEADER + MAX_RAILS * NAME_BYTES;
 
 /** What a connector tells the listener: its rails, comm id, mailbox, eager limit, flags and process. */
 export interface Connect {
@@ -150,6 +151,7 @@ export interface Connect {
   eagerMax: number; // -1: no eager
   flags: number; // CONNECT_GPU_IPC
   pid: number; // the connector's process id (CUDA IPC needs the peer to be another process)
+  start: number; // its start time in /proc (clock ticks after boot; 0: unknown): a dead peer on this host is seen by it
   mailboxAddr: number;
   mailboxKeys: { lo: number; hi: number }[]; // one per NIC
   names: Uint8Array[]; // one per NIC
@@ -162,6 +164,7 @@ export interface Accept {
   rails: number;
   eagerCapacity: number; // -1: no eager
   pid: number;
+  start: number; // as in Connect
   names: Uint8Array[];
 }
 
@@ -193,6 +196,8 @@ export function encodeConnect(c: Connect, out: Uint8Array): number {
   });
   v.setUint32(64, c.flags, true);
   v.setUint32(68, c.pid, true);
+  v.setUint32(72, c.start % 2 ** 32, true);
+  v.setUint32(76, Math.floor(c.start / 2 ** 32), true);
   c.names.forEach((n, i) => out.set(n, CONNECT_HEADER + NAME_BYTES * i));
   return CONNECT_HEADER + NAME_BYTES * c.names.length;
 }
@@ -223,6 +228,7 @@ export function decodeConnect(b: Uint8Array): Connect | string {
     eagerMax: v.getInt32(20, true),
     flags: v.getUint32(64, true),
     pid: v.getUint32(68, true),
+    start: v.getUint32(72, true) + v.getUint32(76, true) * 2 ** 32,
     mailboxAddr: v.getUint32(24, true) + v.getUint32(28, true) * 2 ** 32,
     mailboxKeys,
     names,
@@ -242,26 +248,29 @@ export function encodeAccept(a: Accept, out: Uint8Array): number {
   v.setUint16(14, len, true);
   v.setInt32(16, a.eagerCapacity, true);
   v.setUint32(24, a.pid, true);
-  a.names.forEach((n, i) => out.set(n, 32 + NAME_BYTES * i));
-  return 32 + NAME_BYTES * a.names.length;
+  v.setUint32(32, a.start % 2 ** 32, true);
+  v.setUint32(36, Math.floor(a.start / 2 ** 32), true);
+  a.names.forEach((n, i) => out.set(n, ACCEPT_HEADER + NAME_BYTES * i));
+  return ACCEPT_HEADER + NAME_BYTES * a.names.length;
 }
 
 export function decodeAccept(b: Uint8Array): Accept | string {
-  if (b.length < 32) return `an accept message of ${b.length} bytes`;
+  if (b.length < ACCEPT_HEADER) return `an accept message of ${b.length} bytes`;
   const v = new DataView(b.buffer, b.byteOffset, b.length);
   if (v.getUint32(0, true) !== ACCEPT_MAGIC) return 'not an accept message (bad magic)';
   if (v.getUint16(4, true) !== PROTOCOL_VERSION) return `protocol version ${v.getUint16(4, true)}; this tsnet speaks ${PROTOCOL_VERSION}`;
   const nics = v.getUint8(6);
   const rails = v.getUint8(7);
   const len = v.getUint16(14, true);
-  if (nics < 1 || nics > MAX_RAILS || rails < 1 || rails > MAX_RAILS || len < 1 || len > NAME_BYTES || b.length < 32 + NAME_BYTES * nics)
+  if (nics < 1 || nics > MAX_RAILS || rails < 1 || rails > MAX_RAILS || len < 1 || len > NAME_BYTES || b.length < ACCEPT_HEADER + NAME_BYTES * nics)
     return `an accept message with ${nics} NICs, ${rails} rails, names of ${len} bytes in ${b.length} bytes`;
   const comm = v.getUint16(12, true);
   if (comm === 0 || comm >= MAX_COMMS) return `an accept message from comm ${comm}`;
   if (v.getUint32(20, true) !== 0) return `the listener refused (status ${v.getUint32(20, true)})`;
   const names = [];
-  for (let i = 0; i < nics; i++) names.push(b.slice(32 + NAME_BYTES * i, 32 + NAME_BYTES * i + len));
-  return { connectorNonce: v.getUint32(8, true), comm, rails, eagerCapacity: v.getInt32(16, true), pid: v.getUint32(24, true), names };
+  for (let i = 0; i < nics; i++) names.push(b.slice(ACCEPT_HEADER + NAME_BYTES * i, ACCEPT_HEADER + NAME_BYTES * i + len));
+  const start = v.getUint32(32, true) + v.getUint32(36, true) * 2 ** 32;
+  return { connectorNonce: v.getUint32(8, true), comm, rails, eagerCapacity: v.getInt32(16, true), pid: v.getUint32(24, true), start, names };
 }
 
 /** This code assumes a little-endian host (typed-array views of wire bytes). */
