@@ -12,6 +12,8 @@ TCP, over libfabric, NCCL's Socket). Two modes:
   killpeer  the last rank exits abruptly (os._exit) while the others sit in all_reduces:
             they must end with an NCCL error well before the process group's timeout, not
             hang. Exits 3 when the error came, 4 when the loop ran out without one.
+  exitlive  collectives, then the interpreter exits without destroy_process_group(), the
+            communicators and the plugin still live (as many scripts end): it must exit 0.
 
 --device cpu runs the same checks over gloo (no tsnet: gloo never loads a net plugin), so
 that the script itself can be tried on a machine without GPUs.
@@ -33,7 +35,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 P = argparse.ArgumentParser()
-P.add_argument("--mode", choices=["check", "killpeer"], default="check")
+P.add_argument("--mode", choices=["check", "killpeer", "exitlive"], default="check")
 P.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
 P.add_argument("--steps", type=int, default=60, help="DDP training steps")
 P.add_argument("--max-elems", type=int, default=1 << 24, help="largest collective checked, in elements")
@@ -277,6 +279,17 @@ def killpeer():
     os._exit(4)
 
 
+def exitlive():
+    t = values(1 << 22, torch.float32, RANK, 1)
+    for _ in range(20):
+        dist.all_reduce(t)
+    work = dist.all_reduce(t, async_op=True)  # the last one still queued when the script ends
+    work.wait()
+    sync()
+    say("exits with the process group alive (no destroy_process_group)")
+    return 0
+
+
 def main():
     say(f"torch {torch.__version__}, backend {BACKEND}, world {WORLD}, device {DEV}"
         + (f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}" if CUDA else ""))
@@ -292,6 +305,8 @@ def main():
     say(f"process group up and first all_reduce done in {FIGURES['init_s']:.2f} s")
     if ARGS.mode == "killpeer":
         return killpeer()
+    if ARGS.mode == "exitlive":
+        return exitlive()
     phases = [("collectives", check_collectives), ("communicator churn", check_churn), ("ddp", check_ddp)]
     if CUDA:
         phases += [("cuda graph", check_graph), ("timings", timings)]

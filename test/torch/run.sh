@@ -9,7 +9,7 @@
 #
 # PYTHON is an interpreter with PyTorch built with CUDA (its NCCL is the one that loads tsnet).
 # Environment (all optional):
-#   MODES        check, killpeer (default: both; guest.py says what each does)
+#   MODES        check, killpeer, exitlive (default: check killpeer; guest.py says what each does)
 #   VARIANTS     any of nccl-tests/variants.sh's (default: tsnet tsnet-ofi-host socket)
 #   NPROC        processes, one GPU each (default: 2)
 #   GUEST_ARGS   more arguments of guest.py (e.g. --steps 200)
@@ -19,7 +19,8 @@
 # A check run passes when torchrun exits 0: every rank's checks passed, the process groups
 # were destroyed and the interpreters ended normally. A killpeer run passes when the ranks
 # left behind end with an error from NCCL (guest.py's exit 3, which torchrun reports as a
-# failure) well before the process group's timeout; summary.txt says which happened.
+# failure) well before the process group's timeout; summary.txt says which happened. An
+# exitlive run passes when torchrun exits 0 though no process group was destroyed.
 set -uo pipefail
 py=${1:?python with PyTorch}
 so=${2:?path of libnccl-net-tsnet.so}
@@ -33,7 +34,7 @@ NPROC=${NPROC:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-420}
 . "$here/../../nccl-tests/variants.sh"
 for v in $VARIANTS; do variant_env "$v" > /dev/null; done
-for m in $MODES; do case $m in check|killpeer) ;; *) echo "unknown mode $m" >&2; exit 2 ;; esac; done
+for m in $MODES; do case $m in check|killpeer|exitlive) ;; *) echo "unknown mode $m" >&2; exit 2 ;; esac; done
 
 printf 'name\tstatus\tseconds\n' > "$out/runs.tsv"
 : > "$out/summary.txt"
@@ -58,7 +59,7 @@ for mode in $MODES; do
     log=$out/$name.log
     {
       printf '%s: exit %s in %s s, %s WARN line(s)\n' "$name" "$status" "$secs" "$(grep -c ' NCCL WARN ' "$log")"
-      grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|timing:|done:|the all_reduce failed|no error in|exits now|process group up)' "$log" | sed 's/^/  /'
+      grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|timing:|done:|the all_reduce failed|no error in|exits now|exits with|process group up)' "$log" | sed 's/^/  /'
       if [ "$mode" = killpeer ]; then
         killed=$(sed -n 's/^guest r[0-9]*: exits now .* at \([0-9.]*\)$/\1/p' "$log" | head -1)
         # PyTorch's watchdog line when NCCL reported the error: [rank0]:[E1127 11:24:16.971635911 ...
