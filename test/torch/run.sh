@@ -62,14 +62,10 @@ for mode in $MODES; do
       grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|timing:|done:|the all_reduce failed|no error in|exits now|exits with|process group up)' "$log" | sed 's/^/  /'
       if [ "$mode" = killpeer ]; then
         killed=$(sed -n 's/^guest r[0-9]*: exits now .* at \([0-9.]*\)$/\1/p' "$log" | head -1)
-        # PyTorch's watchdog line when NCCL reported the error: [rank0]:[E1127 11:24:16.971635911 ...
-        seen=$(sed -n 's/^\[rank[0-9]*\]:\[E\([0-9][0-9]\)\([0-9][0-9]\) \([0-9:.]*\) .*raised the following async exception.*/\1-\2 \3/p' "$log" | head -1)
+        seen=$(sed -n 's/^guest r[0-9]*: the all_reduce failed, seen at \([0-9.]*\),.*/\1/p' "$log" | sort -n | head -1)
         if [ -n "$killed" ]; then
           awk -v a="$killed" -v b="$end" 'BEGIN{printf "  the run ended %.1f s after the rank exited\n", b-a}'
-          if [ -n "$seen" ]; then
-            at=$(date -d "$(date -d "@${killed%.*}" +%Y)-$seen" +%s.%N 2>/dev/null)
-            [ -n "$at" ] && awk -v a="$killed" -v b="$at" 'BEGIN{printf "  NCCL reported the error to PyTorch %.2f s after the rank exited\n", b-a}'
-          fi
+          [ -n "$seen" ] && awk -v a="$killed" -v b="$seen" 'BEGIN{printf "  the first survivor saw the failure %.2f s after the rank exited\n", b-a}'
         fi
         if grep -q '^guest r[0-9]*: the all_reduce failed' "$log"; then echo "  verdict: the ranks left behind got an error"
         elif grep -q '^guest r[0-9]*: no error in' "$log"; then echo "  verdict: FAILED: the dead peer went unnoticed"
