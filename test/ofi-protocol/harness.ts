@@ -29,6 +29,8 @@ export interface WorldOptions {
    * this (side name → ProcStat); side i's own pid is 1000 + i.
    */
   procStat?: (side: string) => ProcStat;
+  /** With procStat: each side's kernel boot id (default: the same for both, one host). */
+  bootId?: (side: string) => Uint8Array;
 }
 
 export interface Done {
@@ -115,6 +117,7 @@ export class World {
       pid: 1000 + this.sides.length, // each fake host is its own process
       watchPeers: !!this.opts.procStat,
       procStat: this.opts.procStat?.(name),
+      bootId: this.opts.bootId?.(name) ?? new Uint8Array(16).fill(7),
     });
     for (const r of host.rails) r.onCompletions = ep.onCompletions;
     const s = new Side(this, host, ep);

@@ -1,10 +1,12 @@
-// A dead peer on the same host (shm), noticed by its process (plugin/transports/ofi/peer-process.ts):
-// CONNECT and ACCEPT carry pid and start time; a comm with requests pending whose peer has been
-// quiet for PROBE_MS looks the process up and fails when it is gone, a zombie, or its pid names a
-// later process. Where the pid does not name the same process here (another pid namespace) or no
-// start time came, only the silence of the timeout tells, with one INFO line per endpoint.
+// A dead peer on the same host, noticed by its process (plugin/transports/ofi/peer-process.ts):
+// CONNECT and ACCEPT carry boot id, pid and start time; where the boot ids are equal, a comm with
+// requests pending whose peer has been quiet for PROBE_MS looks the process up and fails when it
+// is gone, a zombie, or its pid names a later process. Where the pid does not name the same
+// process here (another pid namespace) or no start time came, only the silence of the timeout
+// tells, with one INFO line per endpoint; a peer on another host (another boot id) is left to
+// the silence without a word.
 import { describe, expect, it } from 'vitest';
-import { PROBE_MS, PeerProcesses, type ProcInfo, parseProcStat, readProcStat } from '../../plugin/transports/ofi/peer-process';
+import { PROBE_MS, PeerProcesses, type ProcInfo, parseProcStat, readBootId, readProcStat } from '../../plugin/transports/ofi/peer-process';
 import { captureLog } from '../support/log-capture';
 import { World, buf } from './harness';
 
@@ -25,9 +27,14 @@ function table(): Map<number, ProcInfo> {
  * process over shm, whose writes into its region still complete) and b's view of its process is
  * changed by `after`. Only b's clock runs, in steps of 100 ms.
  */
-function deadSender(procs: (side: string) => Map<number, ProcInfo>, after: (t: Map<number, ProcInfo>) => void, timeoutMs = 10_000) {
+function deadSender(
+  procs: (side: string) => Map<number, ProcInfo>,
+  after: (t: Map<number, ProcInfo>) => void,
+  timeoutMs = 10_000,
+  bootId?: (side: string) => Uint8Array,
+) {
   const views = { a: procs('a'), b: procs('b') };
-  const w = new World({ timeoutMs, procStat: (side) => (pid) => views[side as 'a' | 'b'].get(pid) ?? null });
+  const w = new World({ timeoutMs, procStat: (side) => (pid) => views[side as 'a' | 'b'].get(pid) ?? null, bootId });
   const { recv } = w.connect();
   const dst = w.b.region(4096);
   recv.irecv(1, [buf(dst, 0, 100, 0)]);
@@ -105,6 +112,23 @@ describe('a dead peer on this host, by its process', () => {
     ]);
   });
 
+  it('a peer on another host (another boot id) is left to the silence, without a word', () => {
+    const t = table();
+    const r = deadSender(() => t, (v) => v.delete(1000), 2000, (side) => new Uint8Array(16).fill(side === 'a' ? 1 : 2));
+    expect(r.done.code).toBe(6);
+    expect(r.ms).toBeGreaterThan(2000);
+    expect(warns().join('\n')).toMatch(/nothing heard from the peer/);
+    expect(infos().filter((m) => /noticed by silence only/.test(m))).toEqual([]);
+  });
+
+  it('an unknown boot id (zeros) on either side is not this host', () => {
+    const p = new PeerProcesses(() => ({ state: 'S', start: 1 }), 1, 1, new Uint8Array(16).fill(3));
+    expect(p.sameHost(new Uint8Array(16).fill(3))).toBe(true);
+    expect(p.sameHost(new Uint8Array(16))).toBe(false);
+    expect(p.sameHost(new Uint8Array(16).fill(4))).toBe(false);
+    expect(new PeerProcesses(() => null, 1, 1, new Uint8Array(16)).sameHost(new Uint8Array(16))).toBe(false);
+  });
+
   it('a peer that /proc hides, or that sent no start time, is not watched', () => {
     const p = new PeerProcesses((pid) => (pid === 7 ? { state: 'S', start: 70 } : null), 7);
     expect(p.selfStart).toBe(70);
@@ -122,6 +146,13 @@ describe('/proc/<pid>/stat', () => {
     expect(parseProcStat(`4242 (a (b) c) ${fields.join(' ')}`)).toEqual({ state: 'Z', start: 22 });
     expect(parseProcStat('garbage')).toBeNull();
     expect(parseProcStat('1 (x) S 1 2')).toBeNull();
+  });
+
+  it('this kernel\'s boot id: 16 bytes, not all zero, the same on every read', () => {
+    const a = readBootId();
+    expect(a.length).toBe(16);
+    expect(a.some((x) => x !== 0)).toBe(true);
+    expect(readBootId()).toEqual(a);
   });
 
   it('this process: running or sleeping, started before now; a pid that does not exist: null', () => {

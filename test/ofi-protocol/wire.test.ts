@@ -97,6 +97,7 @@ describe('CONNECT and ACCEPT', () => {
       flags: CONNECT_GPU_IPC,
       pid: 0xfffe_0001,
       start: 2 ** 40 + 12345,
+      boot: new Uint8Array(16).map((_, i) => 0xf0 + i),
       mailboxAddr: 0x7fff_1234_5000,
       mailboxKeys: [0, 1, 2, 3].map((i) => ({ lo: 0xffff0000 + i, hi: i })),
       names: [1, 2, 3, 4].map(name),
@@ -107,23 +108,25 @@ describe('CONNECT and ACCEPT', () => {
     // The start time at its documented offsets (docs/rdma-protocol.md), little-endian u64.
     const v = new DataView(out.buffer);
     expect([v.getUint32(72, true), v.getUint32(76, true)]).toEqual([12345, 256]);
-    expect(n).toBe(80 + 4 * 64);
-    const a = { connectorNonce: 2, comm: 9, rails: 2, eagerCapacity: 8192, pid: 4242, start: 0xffff_ffff + 7, names: [5, 6].map(name) };
+    expect([...out.subarray(80, 96)]).toEqual([...c.boot]);
+    expect(n).toBe(96 + 4 * 64);
+    const a = { connectorNonce: 2, comm: 9, rails: 2, eagerCapacity: 8192, pid: 4242, start: 0xffff_ffff + 7, boot: new Uint8Array(16).fill(9), names: [5, 6].map(name) };
     const m = encodeAccept(a, out);
     expect(m).toBeLessThanOrEqual(ACCEPT_BYTES);
-    expect(m).toBe(40 + 2 * 64);
+    expect(m).toBe(56 + 2 * 64);
     expect([v.getUint32(32, true), v.getUint32(36, true)]).toEqual([6, 1]);
+    expect([...out.subarray(40, 56)]).toEqual(new Array(16).fill(9));
     expect(decodeAccept(out.subarray(0, m))).toEqual(a);
   });
 
   it('says what is wrong with a bad message', () => {
     expect(decodeConnect(new Uint8Array(10))).toMatch(/10 bytes/);
     expect(decodeConnect(new Uint8Array(64))).toMatch(/64 bytes/);
-    expect(decodeConnect(new Uint8Array(72))).toMatch(/72 bytes/);
-    expect(decodeConnect(new Uint8Array(80))).toMatch(/bad magic/);
+    expect(decodeConnect(new Uint8Array(88))).toMatch(/88 bytes/);
+    expect(decodeConnect(new Uint8Array(96))).toMatch(/bad magic/);
     expect(decodeAccept(new Uint8Array(64))).toMatch(/bad magic/);
     const out = new Uint8Array(512);
-    const m = encodeAccept({ connectorNonce: 2, comm: 9, rails: 1, eagerCapacity: 0, pid: 1, start: 0, names: [name(1)] }, out);
+    const m = encodeAccept({ connectorNonce: 2, comm: 9, rails: 1, eagerCapacity: 0, pid: 1, start: 0, boot: new Uint8Array(16), names: [name(1)] }, out);
     expect(decodeAccept(out.subarray(0, m - 1))).toMatch(/names of 16 bytes/);
     out[20] = 1;
     expect(decodeAccept(out.subarray(0, m))).toMatch(/refused/);

@@ -87,13 +87,14 @@ export abstract class OfiComm {
   }
 
   /**
-   * The peer's process (from CONNECT or ACCEPT): watched where the endpoint's peers are all on
-   * this host and the pid names the same process here; else the INFO line says why, once per
-   * endpoint, and only silence tells a dead peer.
+   * The peer's process (from CONNECT or ACCEPT): watched where the peer runs on this host (its
+   * boot id is ours) and the pid names the same process here; for a peer on this host that
+   * cannot be watched the INFO line says why, once per endpoint. Unwatched, only silence tells
+   * a dead peer.
    */
-  protected watchPeer(pid: number, start: number): void {
+  protected watchPeer(pid: number, start: number, boot: Uint8Array): void {
     const procs = this.ep.procs;
-    if (!procs || pid === this.ep.pid) return; // another host may be on the other end; or ourselves
+    if (!procs || pid === this.ep.pid || !procs.sameHost(boot)) return; // ourselves, or another host
     const ok = procs.check(pid, start);
     if (ok === true) {
       this.peerPid = pid;

@@ -19,7 +19,7 @@ import { deviceRails } from './policy/rails';
 import type { OfiRecvComm } from './recv-comm';
 import type { OfiSendComm } from './send-comm';
 import { ECANCELED, statusName } from './status';
-import { ACCEPT_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, decodeConnect, immComm, msgId, msgKind } from './wire';
+import { ACCEPT_BYTES, BOOT_ID_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, decodeConnect, immComm, msgId, msgKind } from './wire';
 import { monoMs } from '../../clock';
 
 export interface EndpointOptions {
@@ -53,15 +53,17 @@ export interface EndpointOptions {
    */
   pid?: number;
   /**
-   * Every peer runs on this host (shm): a quiet peer's process is looked up in /proc, and a
-   * dead one fails its comms at once rather than after the silence of the timeout
-   * (peer-process.ts). Default false.
+   * Watch the processes of peers on this host (the same kernel boot id): a quiet peer's
+   * process is looked up in /proc, and a dead one fails its comms at once rather than after
+   * the silence of the timeout (peer-process.ts). Default false.
    */
   watchPeers?: boolean;
   /** Reads /proc/<pid>/stat (default readProcStat); tests give fake processes. */
   procStat?: ProcStat;
   /** This process's start time sent in CONNECT and ACCEPT (default: from procStat). */
   start?: number;
+  /** This kernel's boot id sent in CONNECT and ACCEPT (default: /proc's). */
+  bootId?: Uint8Array;
 }
 
 /** Host memory the transport allocated and registered on every NIC. */
@@ -107,10 +109,11 @@ export class OfiEndpoint {
   readonly gpuEager: boolean;
   /** EndpointOptions.pid. */
   readonly pid: number;
-  /** Where every peer is on this host (EndpointOptions.watchPeers): their processes; else null. */
+  /** EndpointOptions.watchPeers: the processes of peers on this host; else null. */
   readonly procs: PeerProcesses | null;
-  /** This process's start time (CONNECT and ACCEPT carry it); 0: none sent. */
+  /** This process's start time and kernel boot id (CONNECT and ACCEPT carry them); 0 and zeros: none sent. */
   readonly start: number;
+  readonly boot: Uint8Array;
 
   private readonly comms: (OfiComm | undefined)[];
   /** The same comms, for ticking. */
@@ -156,8 +159,9 @@ export class OfiEndpoint {
     this.flushScratch = opts.flushScratch ?? null;
     this.gpuEager = opts.gpuEager ?? true;
     this.pid = (opts.pid ?? process.pid) >>> 0;
-    this.procs = opts.watchPeers ? new PeerProcesses(opts.procStat ?? readProcStat, this.pid, opts.start) : null;
+    this.procs = opts.watchPeers ? new PeerProcesses(opts.procStat ?? readProcStat, this.pid, opts.start, opts.bootId) : null;
     this.start = this.procs?.selfStart ?? 0;
+    this.boot = this.procs?.boot ?? new Uint8Array(BOOT_ID_BYTES);
     const eager = this.config.eagerMax;
     this.eagerCapacity = eager < 0 ? -1 : eager;
     const bufBytes = Math.max(Math.ceil(Math.max(eager, 0) / 64) * 64, CONNECT_BYTES, ACCEPT_BYTES);

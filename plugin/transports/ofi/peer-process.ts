@@ -1,17 +1,21 @@
 // A dead peer on the same host, noticed by its process. Over libfabric's shm nothing tells a
 // process that its peer died: no connection breaks, a write into its memory still completes
 // (it lands in the shared region), and the only sign is silence, which the dead-peer check
-// turns into an error after TSNET_TIMEOUT_SEC (10 s by default) with requests pending. NCCL's
-// Socket transport and tsnet over TCP see the closed socket at once. So where every peer is on
-// this host (shm), CONNECT and ACCEPT carry each side's process id and start time, and a comm
-// whose peer has been quiet for PROBE_MS with requests pending looks the process up in /proc:
-// gone, a zombie, or the pid now taken by a process that started later, and the comm fails.
+// turns into an error after TSNET_TIMEOUT_SEC (10 s by default) with requests pending; over
+// libfabric's tcp between two processes of one host the same was measured (8.8 s under
+// PyTorch). NCCL's Socket transport and tsnet over TCP see the closed socket at once. So
+// CONNECT and ACCEPT carry each side's kernel boot id, process id and start time, and where the
+// boot ids are equal (the peer runs on this host, whatever the provider) a comm whose peer has
+// been quiet for PROBE_MS with requests pending looks the process up in /proc: gone, a zombie,
+// or the pid now taken by a process that started later, and the comm fails.
 //
 // The pid is checked only where it means the same process on both sides: at connect time,
 // while the peer is alive, /proc/<pid>/stat of its pid must show the start time it sent.
-// Another pid namespace (containers that share /dev/shm), a /proc mounted with hidepid, or a
-// peer that sent no start time leave the comm to the silence check, with an INFO line.
+// Another pid namespace (containers on one host), a /proc mounted with hidepid, or a peer that
+// sent no start time leave the comm to the silence check, with an INFO line. A peer on another
+// host (another boot id) is left to it silently: that is the usual case of a NIC.
 import * as fs from 'node:fs';
+import { BOOT_ID_BYTES } from './wire';
 
 /** What /proc/<pid>/stat says: the state letter and the start time (clock ticks after boot). */
 export interface ProcInfo {
@@ -45,22 +49,47 @@ export const readProcStat: ProcStat = (pid) => {
   }
 };
 
-/** The peer processes of one endpoint whose peers all run on this host. */
+/** /proc/sys/kernel/random/boot_id as 16 bytes (one per boot of a kernel, shared by its containers); zeros where unreadable. */
+export function readBootId(): Uint8Array {
+  const out = new Uint8Array(BOOT_ID_BYTES);
+  try {
+    const hex = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'latin1').trim().replace(/-/g, '');
+    if (/^[0-9a-f]{32}$/i.test(hex)) for (let i = 0; i < BOOT_ID_BYTES; i++) out[i] = Number.parseInt(hex.slice(2 * i, 2 * i + 2), 16);
+  } catch {
+    // no /proc: every peer is left to the silence check
+  }
+  return out;
+}
+
+const known = (boot: Uint8Array) => boot.some((x) => x !== 0);
+
+/** The peer processes of one endpoint: those on this host (the same boot id) are watched. */
 export class PeerProcesses {
   /** This process's start time, sent in CONNECT and ACCEPT (0: unknown). */
   readonly selfStart: number;
-  /** Why the first peer that could not be watched could not (its INFO line is written once). */
+  /** This kernel's boot id, sent in CONNECT and ACCEPT (zeros: unknown). */
+  readonly boot: Uint8Array;
+  /** Why the first peer on this host that could not be watched could not (its INFO line is written once). */
   unwatched = '';
 
   constructor(
     readonly stat: ProcStat,
     selfPid: number,
     selfStart?: number,
+    boot?: Uint8Array,
   ) {
     this.selfStart = selfStart ?? stat(selfPid)?.start ?? 0;
+    this.boot = boot ?? readBootId();
   }
 
-  /** Whether the peer that sent (pid, start) can be watched here; else why not. */
+  /** Whether the peer that sent boot is on this host. */
+  sameHost(boot: Uint8Array): boolean {
+    if (!known(this.boot) || !known(boot) || boot.length !== this.boot.length) return false;
+    for (let i = 0; i < boot.length; i++) if (boot[i] !== this.boot[i]) return false;
+    return true;
+  }
+
+  /** Whether the peer on this host that sent (pid, start) can be watched; else why not. */
   check(pid: number, start: number): true | string {
     if (pid === 0 || start === 0) return 'the peer sent no process id or start time';
     const p = this.stat(pid);

@@ -154,7 +154,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     }
     this.ctrlRails = new CtrlRails(this.rails, ep.config.rrCtrl, ep.config.smallRail === 'comm' ? homeRail(c.comm, this.rails) : -1);
     this.acks = (c.flags & CONNECT_GPU_IPC) !== 0 && c.pid !== ep.pid;
-    this.watchPeer(c.pid, c.start);
+    this.watchPeer(c.pid, c.start, c.boot);
   }
 
   /** Answers the connector: this comm's id, rails, names and eager capacity. */
@@ -168,6 +168,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
         eagerCapacity: this.ep.eagerCapacity,
         pid: this.ep.pid,
         start: this.ep.start,
+        boot: this.ep.boot,
         names: this.ep.rails.map((r) => r.name),
       },
       out,

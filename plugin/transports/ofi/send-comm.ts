@@ -153,6 +153,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
         flags: this.ep.config.gpuIpc ? CONNECT_GPU_IPC : 0,
         pid: this.ep.pid,
         start: this.ep.start,
+        boot: this.ep.boot,
         mailboxAddr: this.mem.regs[0].remote(this.mem.base),
         mailboxKeys: this.mem.regs.map((r) => ({ lo: r.keyLo, hi: r.keyHi })),
         names: this.ep.rails.map((r) => r.name),
@@ -192,7 +193,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.eagerMax = eagerLimit(this.ep.config.eagerMax, a.eagerCapacity);
     // The listener saw our CONNECT_GPU_IPC and pid, and decides the same way.
     this.ipc = this.ep.config.gpuIpc && a.pid !== this.ep.pid;
-    this.watchPeer(a.pid, a.start);
+    this.watchPeer(a.pid, a.start, a.boot);
     const maxMsg = Math.min(...this.ep.rails.map((r) => r.maxMsgSize));
     const home = this.ep.config.smallRail === 'comm' ? homeRail(this.id, this.rails) : -1;
     this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg, home, Math.max(this.eagerMax, this.ep.config.smallRrMax));

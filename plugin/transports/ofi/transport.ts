@@ -297,7 +297,7 @@ export class OfiTransport implements Transport {
         name: `ofi ${d.name}`,
         timeoutMs: this.config.timeoutSec * 1000,
         gpuEager: d.nics.every((i) => this.opened.nics[i].mixedIov),
-        watchPeers: d.nics.every((i) => this.opened.nics[i].provider === 'shm'),
+        watchPeers: true,
       });
     } catch (e) {
       rails.forEach((r) => r.close());

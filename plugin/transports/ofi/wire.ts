@@ -10,7 +10,7 @@
 // immediate data of a two-sided message (32 bits): bits 0-14 comm or listener id | 15-17 kind
 // handle (80 bytes): u32 'TSNO', u16 version, u8 name length, u8 NICs, u16 listener id, u16 0,
 //   u32 nonce, 64-byte rail-0 endpoint name
-// CONNECT (<= 336 bytes) and ACCEPT (<= 296 bytes): see encodeConnect / encodeAccept
+// CONNECT (<= 352 bytes) and ACCEPT (<= 312 bytes): see encodeConnect / encodeAccept
 // control entry (64 bytes, one per sub-receive): see ENTRY_* word offsets
 // eager header (8 bytes): u16 eager ordinal, u16 base receive sequence, i32 tag
 import { invalidArgument } from '../../errors';
@@ -132,14 +132,14 @@ export function decodeHandle(b: Uint8Array): Handle {
 
 export const CONNECT_MAGIC = 0x434e5354; // 'TSNC'
 export const ACCEPT_MAGIC = 0x414e5354; // 'TSNA'
-const CONNECT_HEADER = 80;
+const CONNECT_HEADER = 96;
 export const CONNECT_BYTES = CONNECT_HEADER + MAX_RAILS * NAME_BYTES;
 /**
  * CONNECT flag: the connector's GPU memory is registered for CUDA IPC (TSNET_OFI_GPU_IPC), so a
  * written send completes only when the receiver acknowledges it (docs/rdma-protocol.md).
  */
 export const CONNECT_GPU_IPC = 1;
-const ACCEPT_HEADER = 40;
+const ACCEPT_HEADER = 56;
 export const ACCEPT_BYTES = ACCEPT_HEADER + MAX_RAILS * NAME_BYTES;
 
 /** What a connector tells the listener: its rails, comm id, mailbox, eager limit, flags and process. */
@@ -152,6 +152,7 @@ export interface Connect {
   flags: number; // CONNECT_GPU_IPC
   pid: number; // the connector's process id (CUDA IPC needs the peer to be another process)
   start: number; // its start time in /proc (clock ticks after boot; 0: unknown): a dead peer on this host is seen by it
+  boot: Uint8Array; // its kernel's boot id (16 bytes; zeros: unknown): equal to ours, the peer is on this host
   mailboxAddr: number;
   mailboxKeys: { lo: number; hi: number }[]; // one per NIC
   names: Uint8Array[]; // one per NIC
@@ -165,7 +166,15 @@ export interface Accept {
   eagerCapacity: number; // -1: no eager
   pid: number;
   start: number; // as in Connect
+  boot: Uint8Array; // as in Connect
   names: Uint8Array[];
+}
+
+export const BOOT_ID_BYTES = 16;
+
+function bootBytes(boot: Uint8Array): Uint8Array {
+  if (boot.length !== BOOT_ID_BYTES) throw invalidArgument(`a boot id of ${boot.length} bytes; ${BOOT_ID_BYTES}`);
+  return boot;
 }
 
 function checkNames(names: Uint8Array[]): number {
@@ -198,6 +207,7 @@ export function encodeConnect(c: Connect, out: Uint8Array): number {
   v.setUint32(68, c.pid, true);
   v.setUint32(72, c.start % 2 ** 32, true);
   v.setUint32(76, Math.floor(c.start / 2 ** 32), true);
+  out.set(bootBytes(c.boot), 80);
   c.names.forEach((n, i) => out.set(n, CONNECT_HEADER + NAME_BYTES * i));
   return CONNECT_HEADER + NAME_BYTES * c.names.length;
 }
@@ -229,6 +239,7 @@ export function decodeConnect(b: Uint8Array): Connect | string {
     flags: v.getUint32(64, true),
     pid: v.getUint32(68, true),
     start: v.getUint32(72, true) + v.getUint32(76, true) * 2 ** 32,
+    boot: b.slice(80, 96),
     mailboxAddr: v.getUint32(24, true) + v.getUint32(28, true) * 2 ** 32,
     mailboxKeys,
     names,
@@ -250,6 +261,7 @@ export function encodeAccept(a: Accept, out: Uint8Array): number {
   v.setUint32(24, a.pid, true);
   v.setUint32(32, a.start % 2 ** 32, true);
   v.setUint32(36, Math.floor(a.start / 2 ** 32), true);
+  out.set(bootBytes(a.boot), 40);
   a.names.forEach((n, i) => out.set(n, ACCEPT_HEADER + NAME_BYTES * i));
   return ACCEPT_HEADER + NAME_BYTES * a.names.length;
 }
@@ -270,7 +282,7 @@ export function decodeAccept(b: Uint8Array): Accept | string {
   const names = [];
   for (let i = 0; i < nics; i++) names.push(b.slice(ACCEPT_HEADER + NAME_BYTES * i, ACCEPT_HEADER + NAME_BYTES * i + len));
   const start = v.getUint32(32, true) + v.getUint32(36, true) * 2 ** 32;
-  return { connectorNonce: v.getUint32(8, true), comm, rails, eagerCapacity: v.getInt32(16, true), pid: v.getUint32(24, true), start, names };
+  return { connectorNonce: v.getUint32(8, true), comm, rails, eagerCapacity: v.getInt32(16, true), pid: v.getUint32(24, true), start, boot: b.slice(40, 56), names };
 }
 
 /** This code assumes a little-endian host (typed-array views of wire bytes). */
