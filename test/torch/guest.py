@@ -1,7 +1,7 @@
 """tsnet as a guest of PyTorch: torch.distributed and DDP over NCCL with the plugin loaded.
 
 Run by test/torch/run.sh under torchrun (one process per GPU), once per variant (tsnet over
-TCP, over libfabric, NCCL's Socket). Two modes:
+TCP, over libfabric, NCCL's Socket). Three modes:
 
   check     collectives of several sizes and dtypes checked element by element against
             values computed locally (small integers, so every sum is exact in every dtype);
