@@ -42,7 +42,7 @@ for mode in $MODES; do
   for v in $VARIANTS; do
     name="$mode.$v"
     env=("${common[@]}" $(variant_env "$v") ${EXTRA_ENV:-})
-    # killpeer: PyTorch's flight-recorder dump on the failure would hold the survivors a minute more.
+    # killpeer: no flight-recorder dump of PyTorch's (the survivors stamp the failure and exit themselves).
     [ "$mode" = killpeer ] && env+=(TORCH_NCCL_DUMP_ON_TIMEOUT=0)
     start=$(date +%s.%N)
     (
