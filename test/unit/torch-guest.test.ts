@@ -2,11 +2,12 @@
 // its scripts parse, the runner refuses unknown variants and modes, and, where python3 has a
 // PyTorch with gloo, guest.py's checks run on the CPU over gloo in two processes, and a copy
 // of it whose checks see one wrong element fails them and exits non-zero.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { runAsync } from '../support/spawn';
 
 const root = path.resolve(__dirname, '../..');
 const guest = path.join(root, 'test/torch/guest.py');
@@ -20,20 +21,15 @@ const torchWhy = (() => {
 })();
 
 /** Runs guest.py (or a copy) as `world` ranks over gloo; resolves with each rank's exit status and output. */
-function gloo(script: string, args: string[], world = 2): Promise<{ status: number | null; out: string }[]> {
+async function gloo(script: string, args: string[], world = 2): Promise<{ status: number | null; out: string }[]> {
   const port = String(20000 + Math.floor(Math.random() * 20000));
-  return Promise.all(
-    Array.from({ length: world }, (_, rank) =>
-      new Promise<{ status: number | null; out: string }>((resolve) => {
-        const env = { ...process.env, MASTER_ADDR: '127.0.0.1', MASTER_PORT: port, RANK: String(rank), WORLD_SIZE: String(world), LOCAL_RANK: String(rank), OMP_NUM_THREADS: '1' };
-        const p = spawn(python!, [script, '--device', 'cpu', ...args], { env, timeout: 240_000 });
-        let out = '';
-        p.stdout.on('data', (d) => (out += d));
-        p.stderr.on('data', (d) => (out += d));
-        p.on('close', (status) => resolve({ status, out }));
-      }),
-    ),
+  const ranks = await Promise.all(
+    Array.from({ length: world }, (_, rank) => {
+      const env = { ...process.env, MASTER_ADDR: '127.0.0.1', MASTER_PORT: port, RANK: String(rank), WORLD_SIZE: String(world), LOCAL_RANK: String(rank), OMP_NUM_THREADS: '1' };
+      return runAsync(python!, [script, '--device', 'cpu', ...args], { env, timeout: 240_000 });
+    }),
   );
+  return ranks.map((r) => ({ status: r.status, out: r.stdout + r.stderr }));
 }
 
 describe('test/torch scripts', () => {
