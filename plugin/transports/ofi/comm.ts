@@ -99,8 +99,8 @@ export abstract class OfiComm {
     if (ok === true) {
       this.peerPid = pid;
       this.peerStart = start;
-    } else if (!procs.unwatched) {
-      procs.unwatched = ok;
+    } else if (!procs.toldUnwatched) {
+      procs.toldUnwatched = true;
       log.info(`${this.ep.name}: a dead peer is noticed by silence only (TSNET_TIMEOUT_SEC), not by its process: ${ok}`);
     }
   }

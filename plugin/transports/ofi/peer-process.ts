@@ -69,8 +69,8 @@ export class PeerProcesses {
   readonly selfStart: number;
   /** This kernel's boot id, sent in CONNECT and ACCEPT (zeros: unknown). */
   readonly boot: Uint8Array;
-  /** Why the first peer on this host that could not be watched could not (its INFO line is written once). */
-  unwatched = '';
+  /** The INFO line about a peer on this host that could not be watched was written (once per endpoint). */
+  toldUnwatched = false;
 
   constructor(
     readonly stat: ProcStat,
