@@ -54,7 +54,7 @@ struct Host {
   Thread threads[kMaxProtocolThreads];
   std::atomic<int> started{0};  // threads that may take calls (0..started-1)
   std::string entry;
-  pid_t pid = 0;  // the process the protocol threads run in
+  std::atomic<pid_t> pid{0};  // the process the protocol threads run in
   // Made once by thread 0, shared by every thread's environment.
   std::unique_ptr<node::InitializationResult> init;
   std::unique_ptr<node::MultiIsolatePlatform> platform;
@@ -230,10 +230,21 @@ void protocolMain(int index) {
   setup.release();
 }
 
-// A child forked after the plugin started inherits its state but not its threads.
-bool forkedChild(Host& h) {
-  if (h.pid == 0 || h.pid == getpid()) return false;
-  log(kLogWarn, "the plugin was started in process %d; this forked child (%d) cannot use it", int(h.pid), int(getpid()));
+// A child forked after the plugin started inherits its memory, locks included (one may have
+// been held by a thread that the child does not have), but none of its threads. The
+// pthread_atfork handler marks the child; the pid catches a fork that runs no handlers (a raw
+// clone). Checked before any lock is taken.
+std::atomic<bool> g_forked{false};
+
+void markForked() { g_forked.store(true, std::memory_order_relaxed); }
+
+bool forkedChild(Host& h, const char* call) {
+  pid_t started = h.pid.load(std::memory_order_relaxed);
+  if (!g_forked.load(std::memory_order_relaxed) && (started == 0 || started == getpid())) return false;
+  log(kLogWarn,
+      "%s: this process (%d) was forked from process %d after the plugin started there; the plugin's threads "
+      "did not come along, so it cannot be used in this process",
+      call, int(getpid()), int(started));
   return true;
 }
 
@@ -241,8 +252,8 @@ bool forkedChild(Host& h) {
 
 tsn_result_t hostStart() {
   Host& h = host();
+  if (forkedChild(h, "init")) return TSN_INTERNAL_ERROR;
   std::unique_lock<std::mutex> lk(h.mu);
-  if (forkedChild(h)) return TSN_INTERNAL_ERROR;
   Thread& t0 = h.threads[0];
   if (t0.state == State::kIdle) {
     std::string tried;
@@ -258,7 +269,9 @@ tsn_result_t hostStart() {
       t0.why = "the plugin's JavaScript entry was not found (tried " + tried + "; set TSNET_JS_ENTRY)";
     } else {
       t0.state = State::kStarting;
-      h.pid = getpid();
+      h.pid.store(getpid());
+      static std::once_flag atfork;
+      std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, markForked); });
       log(kLogInfo, "starting the plugin thread with %s", h.entry.c_str());
       std::thread(protocolMain, 0).detach();
     }
@@ -298,23 +311,25 @@ tsn_result_t hostStartMore(int n, std::string* why) {
   return TSN_SUCCESS;
 }
 
+bool hostForked(const char* call) { return g_forked.load(std::memory_order_relaxed) && forkedChild(host(), call); }
+
 int hostThreads() { return std::max(1, host().started.load()); }
 
-tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn) {
+tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const char* call) {
   Host& h = host();
-  ControlCall call{&fn, TSN_SUCCESS, false};
+  if (forkedChild(h, call)) return TSN_INTERNAL_ERROR;
+  ControlCall ctl{&fn, TSN_SUCCESS, false};
   std::unique_lock<std::mutex> lk(h.mu);
-  if (forkedChild(h)) return TSN_INTERNAL_ERROR;
   Thread& t = h.threads[thread];
   if (t.state != State::kRunning) {
     log(kLogWarn, "the plugin is not running: %s", t.why.empty() ? "init was not called" : t.why.c_str());
     return TSN_INTERNAL_ERROR;
   }
-  t.control.push_back(&call);
+  t.control.push_back(&ctl);
   t.waiting.fetch_add(1, std::memory_order_seq_cst);
   t.wake(thread);
-  h.cv.wait(lk, [&] { return call.done; });
-  return call.rc;
+  h.cv.wait(lk, [&] { return ctl.done; });
+  return ctl.rc;
 }
 
 void hostPost(int thread, Request* r) {

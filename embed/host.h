@@ -16,8 +16,12 @@ constexpr int kMaxProtocolThreads = 16;
 tsn_result_t hostStart();
 
 // Runs fn on protocol thread `thread` and returns its result. Fails (internal error) when that
-// thread is not running.
-tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn);
+// thread is not running, or in a child forked after the plugin started (a WARN names `call`).
+tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const char* call);
+
+// True, after a WARN naming `call`, in a child forked after the plugin started: it has the
+// plugin's memory but not its threads. One relaxed load otherwise (the data path checks it).
+bool hostForked(const char* call);
 
 // Queues a posted request for protocol thread `thread` and wakes it. Lock-free.
 void hostPost(int thread, Request* r);

@@ -171,7 +171,7 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
   uint32_t id = 0;
   int warmup = 0;  // non-zero only in the answer to the process's first init
   int trafficClass = config ? config->trafficClass : -1;
-  rc = hostCall(0, [&] { return jsInit(commId, trafficClass, legacy, &id, &warmup); });
+  rc = hostCall(0, [&] { return jsInit(commId, trafficClass, legacy, &id, &warmup); }, "init");
   if (rc != TSN_SUCCESS) return rc;
   Ctx* c = new Ctx{kMagicCtx, id};
   if (legacy) {
@@ -186,12 +186,12 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
 
 tsn_result_t tsn_devices(int* ndev) {
   if (!ndev) FAIL(TSN_INVALID_ARGUMENT, "devices: ndev is NULL");
-  return hostCall(0, [&] { return jsDevices(ndev); });
+  return hostCall(0, [&] { return jsDevices(ndev); }, "devices");
 }
 
 tsn_result_t tsn_get_properties(int dev, tsn_props_t* props) {
   if (!props) FAIL(TSN_INVALID_ARGUMENT, "getProperties: props is NULL");
-  return hostCall(0, [&] { return jsGetProperties(dev, props); });
+  return hostCall(0, [&] { return jsGetProperties(dev, props); }, "getProperties");
 }
 
 tsn_result_t tsn_listen(void* ctx, int dev, void* handle, void** listenComm) {
@@ -204,7 +204,7 @@ tsn_result_t tsn_listen(void* ctx, int dev, void* handle, void** listenComm) {
     tsn_result_t rc = jsListen(c->jsId, dev, handle, &id);
     if (rc == TSN_SUCCESS) *listenComm = new ListenComm{kMagicListen, id, thread};
     return rc;
-  });
+  }, "listen");
 }
 
 tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, void* handle, void** sendComm,
@@ -214,6 +214,7 @@ tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, vo
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "connect: %p is not a context from init", ctx);
   if (!handle || !sendComm) FAIL(TSN_INVALID_ARGUMENT, "connect: handle or sendComm is NULL");
   *sendComm = nullptr;
+  if (hostForked("connect")) return TSN_INTERNAL_ERROR;  // before g_connectMu, which a lost thread may hold
   int trafficClass = config ? config->trafficClass : -1;
   std::string key = connectKey(c, dev, handle);
   int thread;
@@ -227,7 +228,7 @@ tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, vo
     tsn_result_t r = jsConnect(c->jsId, dev, trafficClass, handle, &id);
     if (r == TSN_SUCCESS && id && !(*sendComm = newComm(kMagicSend, id, thread))) r = TSN_INTERNAL_ERROR;
     return r;
-  });
+  }, "connect");
   if (rc != TSN_SUCCESS || *sendComm) {
     std::lock_guard<std::mutex> g(g_connectMu);
     g_connecting->erase(key);
@@ -246,7 +247,7 @@ tsn_result_t tsn_accept(void* listenComm, void** recvComm, tsn_dev_handle_t** re
     tsn_result_t rc = jsAccept(l->jsId, &id);
     if (rc == TSN_SUCCESS && id && !(*recvComm = newComm(kMagicRecv, id, l->thread))) rc = TSN_INTERNAL_ERROR;
     return rc;
-  });
+  }, "accept");
 }
 
 static Comm* anyComm(void* comm) {
@@ -262,7 +263,7 @@ static tsn_result_t regMr(const char* what, void* comm, void* data, size_t size,
   if (!mhandle) FAIL(TSN_INVALID_ARGUMENT, "%s: mhandle is NULL", what);
   if (!data && size) FAIL(TSN_INVALID_ARGUMENT, "%s: data is NULL with size %zu", what, size);
   Mr* mr = new Mr{kMagicMr, 0, static_cast<char*>(data), size, c, nullptr};
-  tsn_result_t rc = hostCall(c->thread, [&] { return jsRegMr(c, data, size, type, mr, fd, offset); });
+  tsn_result_t rc = hostCall(c->thread, [&] { return jsRegMr(c, data, size, type, mr, fd, offset); }, what);
   if (rc != TSN_SUCCESS) {
     mr->magic = kMagicDead;
     delete mr;
@@ -292,7 +293,7 @@ tsn_result_t tsn_dereg_mr(void* comm, void* mhandle) {
   Mr* mr = handleOf<Mr>(mhandle, kMagicMr);
   if (!mr) FAIL(TSN_INVALID_ARGUMENT, "deregMr: %p is not a memory handle from regMr", mhandle);
   if (mr->comm != c) FAIL(TSN_INVALID_ARGUMENT, "deregMr: memory handle %p belongs to another comm", mhandle);
-  tsn_result_t rc = hostCall(c->thread, [&] { return jsDeregMr(c, mr); });
+  tsn_result_t rc = hostCall(c->thread, [&] { return jsDeregMr(c, mr); }, "deregMr");
   mr->magic = kMagicDead;
   delete mr;
   return rc;
@@ -307,6 +308,7 @@ tsn_result_t tsn_isend(void* sendComm, void* data, size_t size, int tag, void* m
   Buf b;
   tsn_result_t rc = resolve(c, "isend", data, size, mhandle, tag, &b);
   if (rc != TSN_SUCCESS) return rc;
+  if (hostForked("isend")) return TSN_INTERNAL_ERROR;  // no protocol thread here would take the request
   Request* r = takeSlot(c);
   *request = r;
   if (!r) return TSN_SUCCESS;  // all slots in flight: NCCL tries again later
@@ -331,6 +333,7 @@ tsn_result_t tsn_irecv(void* recvComm, int n, void** data, const size_t* sizes, 
     tsn_result_t rc = resolve(c, "irecv", data[i], sizes[i], mhandles[i], tags[i], &bufs[i]);
     if (rc != TSN_SUCCESS) return rc;
   }
+  if (hostForked("irecv")) return TSN_INTERNAL_ERROR;  // no protocol thread here would take the request
   Request* r = takeSlot(c);
   *request = r;
   if (!r) return TSN_SUCCESS;
@@ -354,6 +357,7 @@ tsn_result_t tsn_iflush(void* recvComm, int n, void** data, int* sizes, void** m
     tsn_result_t rc = resolve(c, "iflush", data[i], static_cast<size_t>(sizes[i]), mhandles[i], 0, &bufs[i]);
     if (rc != TSN_SUCCESS) return rc;
   }
+  if (hostForked("iflush")) return TSN_INTERNAL_ERROR;  // no protocol thread here would take the request
   Request* r = takeSlot(c);
   *request = r;
   if (!r) return TSN_SUCCESS;
@@ -372,6 +376,7 @@ tsn_result_t tsn_test(void* request, int* done, int* sizes) {
   int s = slotState(r->comm, r->index);
   if (s == kPosted) {
     *done = 0;
+    if (hostForked("test")) return TSN_INTERNAL_ERROR;  // it would never complete in this process
     return TSN_SUCCESS;
   }
   if (s == kFree) FAIL(TSN_INTERNAL_ERROR, "test: request %p is not in flight (tested after it completed?)", request);
@@ -386,7 +391,7 @@ static tsn_result_t closeComm(void* comm, uint32_t magic, const char* what) {
   Comm* c = handleOf<Comm>(comm, magic);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "%s: %p is not a %s comm", what, comm, magic == kMagicSend ? "send" : "receive");
   // The plugin stops every operation that can still touch this comm's memory first.
-  tsn_result_t rc = hostCall(c->thread, [&] { return jsCloseComm(c); });
+  tsn_result_t rc = hostCall(c->thread, [&] { return jsCloseComm(c); }, what);
   retireComm(c);
   return rc;
 }
@@ -397,7 +402,7 @@ tsn_result_t tsn_close_recv(void* recvComm) { return closeComm(recvComm, kMagicR
 tsn_result_t tsn_close_listen(void* listenComm) {
   ListenComm* l = handleOf<ListenComm>(listenComm, kMagicListen);
   if (!l) FAIL(TSN_INVALID_ARGUMENT, "closeListen: %p is not a listen comm", listenComm);
-  tsn_result_t rc = hostCall(l->thread, [&] { return jsCloseListen(l->jsId); });
+  tsn_result_t rc = hostCall(l->thread, [&] { return jsCloseListen(l->jsId); }, "closeListen");
   l->magic = kMagicDead;
   delete l;
   return rc;
@@ -409,7 +414,7 @@ tsn_result_t tsn_finalize(void* ctx) {
   // Every protocol thread closes what it still runs for this context.
   tsn_result_t rc = TSN_SUCCESS;
   for (int t = 0; t < hostThreads(); t++) {
-    tsn_result_t r = hostCall(t, [&] { return jsFinalize(c->jsId); });
+    tsn_result_t r = hostCall(t, [&] { return jsFinalize(c->jsId); }, "finalize");
     if (rc == TSN_SUCCESS) rc = r;
   }
   c->magic = kMagicDead;
@@ -421,7 +426,7 @@ tsn_result_t tsn_set_net_attr(void* ctx, const tsn_net_attr_t* attr) {
   Ctx* c = ctxOf(ctx);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: %p is not a context from init", ctx);
   if (!attr) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: attr is NULL");
-  return hostCall(0, [&] { return jsSetNetAttr(c->jsId, attr); });
+  return hostCall(0, [&] { return jsSetNetAttr(c->jsId, attr); }, "setNetAttr");
 }
 
 }  // extern "C"

@@ -13,8 +13,8 @@
 // (connect); each loads the library itself. With --role one invocation runs one role only and
 // the channel is a set of files in a directory both can see (two network namespaces, two
 // hosts with a shared folder).
-// killpeer and stranger manage their own processes and sockets; tables, badinput and
-// lifecycle otherwise run in one process.
+// killpeer and stranger manage their own processes and sockets; tables, badinput, lifecycle
+// and fork otherwise run in one process.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -2393,6 +2393,183 @@ static void sc_lifecycle(int version) {
   shim_close(&n);
 }
 
+// ---------------------------------------------------------------- fork
+
+// Adds the pass and fail counts a child process wrote on fd to this process's; closes fd and
+// returns what read() gave (sizeof int[2] when the child reported).
+static ssize_t take_counts(int fd) {
+  int counts[2] = {0, 0};
+  ssize_t got = read(fd, counts, sizeof counts);
+  close(fd);
+  g_pass += counts[0];
+  g_fail += counts[1];
+  return got;
+}
+
+// A training job forks after NCCL has started (data loader workers, helpers that exit
+// normally). The child inherits the plugin's memory but none of its threads: each call it
+// makes must fail at once with an error, never wait on a thread that is not there, and its
+// exit, through exit() and its libraries' destructors, must leave the parent's comms, a
+// receive in flight across the fork, and (libfabric shm) the parent's region working.
+#define FORK_TAG 7
+
+// One message of size from sc to rc, validated; rreq is a receive already posted into rbuf
+// for it, or NULL to post one now.
+static int fork_roundtrip(const Net* n, void* sc, void* rc, void* smh, void* rmh, uint8_t* sbuf, uint8_t* rbuf,
+                          size_t size, int salt, void* rreq, const char* what) {
+  uint32_t seed = seed_of(size, 0, salt);
+  fill(sbuf, size, seed);
+  tsn_result_t r;
+  if (!rreq) {
+    void* d = rbuf;
+    size_t room = size;
+    int tag = FORK_TAG;
+    r = shim_irecv(n, rc, 1, &d, &room, &tag, &rmh, &rreq);
+    if (r != TSN_SUCCESS || !rreq) return check(0, "%s: irecv (rc %d)", what, r), -1;
+  }
+  void* sreq = NULL;
+  double end = now_s() + g_timeout;
+  while (!sreq && now_s() < end)
+    if ((r = shim_isend(n, sc, sbuf, size, FORK_TAG, smh, &sreq)) != TSN_SUCCESS) return check(0, "%s: isend (rc %d)", what, r), -1;
+  int ss = -1, rs = -1;
+  tsn_result_t a = sreq ? wait_req(n, sreq, &ss, g_timeout) : -1, b = wait_req(n, rreq, &rs, g_timeout);
+  long bad = b == TSN_SUCCESS ? mismatch(rbuf, size, seed) : 0;
+  return check(a == TSN_SUCCESS && b == TSN_SUCCESS && rs == (int)size && bad < 0,
+               "%s: %zu bytes (send rc %d, recv rc %d, received %d, first wrong byte %ld)", what, size, a, b, rs, bad)
+             ? 0
+             : -1;
+}
+
+// The forked child: every call on what it inherited fails at once with ncclInternalError;
+// then it exits through exit(), so that every destructor of the process runs (the plugin's,
+// Node's, libfabric's).
+static void __attribute__((noreturn)) fork_child(const Net* n, void* ctx, void* lc, void* sc, void* rc, void* smh,
+                                                 void* rmh, uint8_t* sbuf, uint8_t* rbuf, void* rreq, int resfd) {
+  g_pass = g_fail = 0;
+  watchdog(g_timeout);  // a pending alarm is not inherited
+  set_prefix(n->version, "fork", "child");
+  double t0 = now_s();
+  void* req = NULL;
+  tsn_result_t r = shim_isend(n, sc, sbuf, 8, FORK_TAG, smh, &req);
+  check(r == TSN_INTERNAL_ERROR && !req, "isend on the parent's send comm fails (rc %d, request %p)", r, req);
+  void* d = rbuf;
+  size_t room = 8;
+  int tag = FORK_TAG;
+  req = NULL;
+  r = shim_irecv(n, rc, 1, &d, &room, &tag, &rmh, &req);
+  check(r == TSN_INTERNAL_ERROR && !req, "irecv on the parent's receive comm fails (rc %d, request %p)", r, req);
+  int done = 0, size = -1;
+  r = shim_test(n, rreq, &done, &size);
+  check(r == TSN_INTERNAL_ERROR, "test() of the parent's receive in flight fails instead of never completing (rc %d, done %d)", r,
+        done);
+  void* mh = NULL;
+  r = shim_reg_mr(n, sc, sbuf, 8, TSN_PTR_HOST, &mh);
+  check(r == TSN_INTERNAL_ERROR && !mh, "regMr fails (rc %d)", r);
+  uint8_t handle[TSN_HANDLE_SIZE];
+  void* l = NULL;
+  r = shim_listen(n, ctx, g_dev, handle, &l);
+  check(r == TSN_INTERNAL_ERROR && !l, "listen fails (rc %d)", r);
+  r = shim_close_listen(n, lc);
+  check(r == TSN_INTERNAL_ERROR, "closeListen of the parent's listener fails (rc %d)", r);
+  if (shim_has_ctx(n->version)) {
+    void* c2 = NULL;
+    r = shim_init(n, &c2, COMM_ID + 9, logger);
+    check(r == TSN_INTERNAL_ERROR, "init fails (rc %d)", r);
+  }
+  double took = now_s() - t0;
+  check(took < 2.0, "each call returned at once (%.3f s for all)", took);
+  int counts[2] = {g_pass, g_fail};
+  ssize_t w = write(resfd, counts, sizeof counts);
+  (void)w;
+  exit(g_fail ? 1 : 0);
+}
+
+static void sc_fork(int version) {
+  set_prefix(version, "fork", NULL);
+  Net n;
+  if (open_net(&n, version)) return;
+  void* ctx = NULL;
+  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  enum { MB = 1 << 20 };
+  uint8_t* sbuf = malloc(MB);
+  uint8_t* rbuf = malloc(MB);
+  void *lc, *sc, *rc, *smh = NULL, *rmh = NULL;
+  if (pair_open(&n, ctx, &lc, &sc, &rc) != 0) goto out;
+  tsn_result_t a = shim_reg_mr(&n, sc, sbuf, MB, TSN_PTR_HOST, &smh), b = shim_reg_mr(&n, rc, rbuf, MB, TSN_PTR_HOST, &rmh);
+  if (!check(a == TSN_SUCCESS && b == TSN_SUCCESS, "regMr on both comms (rc %d, %d)", a, b)) goto close;
+  if (fork_roundtrip(&n, sc, rc, smh, rmh, sbuf, rbuf, 8, 400, NULL, "before the fork") ||
+      fork_roundtrip(&n, sc, rc, smh, rmh, sbuf, rbuf, MB, 401, NULL, "before the fork"))
+    goto close;
+  char region[256] = "";
+  shim_shm_regions((int)getpid(), 0, first_region, region);
+  // A receive in flight across the fork.
+  void* rreq = NULL;
+  {
+    void* d = rbuf;
+    size_t room = MB;
+    int tag = FORK_TAG;
+    tsn_result_t r = shim_irecv(&n, rc, 1, &d, &room, &tag, &rmh, &rreq);
+    if (!check(r == TSN_SUCCESS && rreq, "a receive posted before the fork (rc %d)", r)) goto close;
+  }
+  int res[2];
+  if (pipe(res) != 0) {
+    check(0, "pipe: %s", strerror(errno));
+    goto close;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(res[0]);
+    fork_child(&n, ctx, lc, sc, rc, smh, rmh, sbuf, rbuf, rreq, res[1]);
+  }
+  close(res[1]);
+  if (!check(pid > 0, "fork (%s)", pid < 0 ? strerror(errno) : "a child")) { close(res[0]); goto close; }
+  int status = 0;
+  pid_t got = 0;
+  double end = now_s() + g_timeout;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < end) usleep(10000);
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  ssize_t rd = take_counts(res[0]);
+  set_prefix(version, "fork", NULL);
+  check(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && rd == (ssize_t)(2 * sizeof(int)),
+        "the forked child returned from every call, reported, and exited through exit() with 0 (%s, status %d)",
+        got == 0 ? "still running: killed" : WIFSIGNALED(status) ? "killed by a signal" : "exited", status);
+  // The parent goes on: the receive posted before the fork, more messages, a new pair.
+  fork_roundtrip(&n, sc, rc, smh, rmh, sbuf, rbuf, MB, 402, rreq, "after the child's exit, into the receive posted before the fork");
+  fork_roundtrip(&n, sc, rc, smh, rmh, sbuf, rbuf, 8, 403, NULL, "after the child's exit");
+  if (region[0]) {
+    char path[300];
+    snprintf(path, sizeof path, "/dev/shm/%s", region);
+    check(access(path, F_OK) == 0, "the libfabric shm region %s is still in /dev/shm after the child's exit", region);
+  }
+  {
+    void *lc2, *sc2, *rc2, *smh2 = NULL, *rmh2 = NULL;
+    if (pair_open(&n, ctx, &lc2, &sc2, &rc2) == 0) {
+      a = shim_reg_mr(&n, sc2, sbuf, MB, TSN_PTR_HOST, &smh2);
+      b = shim_reg_mr(&n, rc2, rbuf, MB, TSN_PTR_HOST, &rmh2);
+      if (check(a == TSN_SUCCESS && b == TSN_SUCCESS, "regMr on a new pair (rc %d, %d)", a, b))
+        fork_roundtrip(&n, sc2, rc2, smh2, rmh2, sbuf, rbuf, MB, 404, NULL, "a new pair after the child's exit");
+      if (smh2) shim_dereg_mr(&n, sc2, smh2);
+      if (rmh2) shim_dereg_mr(&n, rc2, rmh2);
+      pair_close(&n, lc2, sc2, rc2, 1);
+    }
+  }
+close:
+  if (smh) shim_dereg_mr(&n, sc, smh);
+  if (rmh) shim_dereg_mr(&n, rc, rmh);
+  pair_close(&n, lc, sc, rc, 1);
+out:
+  free(sbuf);
+  free(rbuf);
+  fini_ctx(&n, ctx);
+  if (shim_has_ctx(version)) check_no_shm_regions();
+  shim_close(&n);
+}
+
 // ---------------------------------------------------------------- killpeer
 
 // A stream of 64 MiB messages, KP_DEPTH in flight each way, between a receiver process and a
@@ -2927,6 +3104,7 @@ static const Scenario SCENARIOS[] = {
     {"marker", sc_marker, PAIR, 1, "*request = 0x1 before irecv"},
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
+    {"fork", sc_fork, ONE_PROC, 1, "a child forked with comms open: its calls fail at once, it exits, the parent goes on"},
     {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
     {"stranger", sc_stranger, OWN_PROCS, 1, "raw TCP clients on a listener's port, then a real connection (TCP)"},
     {"bulk", sc_bulk, PAIR, 0, "8 messages of 64 MiB, validated (not in all)"},
@@ -2960,21 +3138,17 @@ static void run_isolated(const Scenario* s, int version) {
   close(res[1]);
   int status = 0;
   waitpid(pid, &status, 0);
-  int counts[2] = {0, 0};
-  ssize_t got = read(res[0], counts, sizeof counts);
-  close(res[0]);
-  g_pass += counts[0];
-  g_fail += counts[1];
+  ssize_t got = take_counts(res[0]);
   set_prefix(version, s->name, NULL);
   if (WIFSIGNALED(status)) check(0, "the scenario's process died of signal %d", WTERMSIG(status));
-  else if (got != (ssize_t)sizeof counts) check(0, "the scenario's process exited (status %d) without reporting", WEXITSTATUS(status));
+  else if (got != (ssize_t)(2 * sizeof(int))) check(0, "the scenario's process exited (status %d) without reporting", WEXITSTATUS(status));
 }
 
 static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle killpeer stranger bulk gpu\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork killpeer stranger bulk gpu\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"

@@ -1,14 +1,14 @@
 // The C driver (test/driver/driver.c) against the built library, through the exported table
 // versions: every scenario on the in-process loopback transport (v6..v12), and over the TCP
 // transport the pair scenarios across two processes (v12, v11, v9), killpeer, stranger,
-// teardown with 1 and 4 protocol threads, the one-process scenarios (v12), and the gpu
-// scenario's skip where there is no CUDA memory. One vitest
-// test per scenario x version x mode.
+// teardown with 1 and 4 protocol threads, the one-process scenarios (v12; fork among them),
+// and the gpu scenario's skip where there is no CUDA memory. One vitest test per scenario x
+// version x mode.
 import { beforeAll, describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
 import { LIB, ROOT, buildDriver, driverEnv, requireLib } from './build-driver';
 
-const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'lifecycle'];
+const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'lifecycle', 'fork'];
 const VERSIONS = [6, 7, 8, 9, 10, 11, 12];
 const LOOPBACK = { TSNET_TRANSPORT: 'loopback', TSNET_LOOPBACK_DEVICES: '2' };
 const TCP = { TSNET_TRANSPORT: 'tcp' };
@@ -270,4 +270,15 @@ describe('C driver, TCP, --procs 1, v12', () => {
   it('exits 0 with no failed check', () => expectClean(result));
 
   for (const scenario of SCENARIOS) it(scenario, () => expectScenario(result, scenario, 12));
+
+  // A training job's data loader forks after NCCL started: the child has the plugin's memory
+  // but none of its threads. Its calls fail at once with a WARN naming the call (a request
+  // posted there would never complete), and it exits through exit() without disturbing the parent.
+  it('fork: every call of the child fails at once with a WARN naming it; the parent goes on', () => {
+    for (const call of ['isend', 'irecv', 'test', 'regMr', 'listen', 'closeListen', 'init'])
+      expect(result.err).toMatch(new RegExp(`v12 fork \\[child\\]: log 2: NET/tsnet ${call}: this process \\(\\d+\\) was forked from process \\d+ after the plugin started there`));
+    expect(result.out).toMatch(/^ok - v12 fork: the forked child returned from every call, reported, and exited through exit\(\) with 0/m);
+    expect(result.out).toMatch(/^ok - v12 fork: after the child's exit, into the receive posted before the fork: 1048576 bytes/m);
+    expect(result.out).toMatch(/^ok - v12 fork: a new pair after the child's exit: 1048576 bytes/m);
+  });
 });

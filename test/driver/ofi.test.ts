@@ -11,7 +11,7 @@ import { runAsync } from '../support/spawn';
 import { HAVE_LIBFABRIC, LIB, ROOT, buildDriver, requireLib } from './build-driver';
 
 const PAIR = ['transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'killpeer'];
-const ONE = ['tables', 'transfer', 'inflight', 'grouped', 'marker', 'badinput', 'lifecycle'];
+const ONE = ['tables', 'transfer', 'inflight', 'grouped', 'marker', 'badinput', 'lifecycle', 'fork'];
 
 interface Run {
   out: string;
@@ -82,6 +82,15 @@ for (const provider of ['tcp', 'shm'])
         expect(pair.out).toMatch(new RegExp(`^ok - v12 teardown \\[(send|recv)\\]: 5 cycles: followed the ${side}'s teardown`, 'm'));
       }
       expect(pair.out.match(/^ok - v12 teardown \[(send|recv)\]: open descriptors after each cycle: /gm)?.length).toBe(4);
+    });
+
+    // A child forked with comms open fails its calls and exits through exit(), libfabric's
+    // destructor included; the parent's comms, its receive in flight and (shm) its region stay.
+    it('--procs 1: fork: the child\'s calls fail, its exit leaves the parent\'s comms working', () => {
+      expect(one.out).toMatch(/^ok - v12 fork: the forked child returned from every call, reported, and exited through exit\(\) with 0/m);
+      expect(one.out).toMatch(/^ok - v12 fork: after the child's exit, into the receive posted before the fork: 1048576 bytes/m);
+      expect(one.out).toMatch(/^ok - v12 fork: a new pair after the child's exit: 1048576 bytes/m);
+      if (provider === 'shm') expect(one.out).toMatch(/^ok - v12 fork: the libfabric shm region \S+ is still in \/dev\/shm after the child's exit$/m);
     });
 
     it.runIf(provider === 'shm')('--procs 2: after the last finalize no shm region of the process is left in /dev/shm', () => {
