@@ -9,6 +9,9 @@ TCP, over libfabric, NCCL's Socket). Three modes:
             steps with the ranks' parameters compared bit for bit; an all_reduce captured in
             a CUDA graph and replayed; timings (reported, not checked). Exits 0 only when
             every check passed, after destroy_process_group() and a normal interpreter exit.
+            Between the phases it forks: a data loader's workers (fork context), a helper run
+            through subprocess, and a child that ends through C's exit(); the collectives
+            around them must go on.
   killpeer  the last rank exits abruptly (os._exit) while the others sit in all_reduces:
             they must end with an NCCL error well before the process group's timeout, not
             hang. Exits 3 when the error came, 4 when the loop ran out without one.
@@ -219,6 +222,65 @@ def check_ddp():
         fail(f"ddp: the loss did not fall ({losses[0]} -> {losses[-1]})")
 
 
+class Rows(torch.utils.data.Dataset):
+    """Row i is 16 copies of i: a batch's sum is exact in float32."""
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((16,), float(i))
+
+
+def check_fork():
+    # A child forked after NCCL started has the plugin's memory but none of its threads; it
+    # must not disturb the parent, and its exit (through every library's destructor when it
+    # ends by C's exit()) must leave the parent's communicators working.
+    import ctypes
+    import multiprocessing
+    import subprocess
+    loader = torch.utils.data.DataLoader(Rows(), batch_size=8, num_workers=2,
+                                         multiprocessing_context=multiprocessing.get_context("fork"))
+    batches = 0
+    for epoch in range(2):  # each epoch forks its workers again
+        for batch in loader:
+            t = batch.sum().reshape(1).to(DEV) * (RANK + 1)
+            dist.all_reduce(t)
+            want = batch.sum().item() * WORLD * (WORLD + 1) / 2
+            if t.item() != want:
+                fail(f"fork: all_reduce between data loader batches gave {t.item()}, expected {want}")
+            batches += 1
+    out = subprocess.run([sys.executable, "-c", "print('helper')"], capture_output=True, text=True, timeout=120)
+    if out.returncode != 0 or out.stdout.strip() != "helper":
+        fail(f"fork: a helper through subprocess ended {out.returncode}: {out.stdout!r} {out.stderr[-300:]!r}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        ctypes.CDLL(None).exit(0)  # C's exit(): atexit handlers and destructors run, Python's do not
+    end = time.time() + 60
+    status = None
+    while time.time() < end:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+            break
+        time.sleep(0.05)
+    if status is None:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        fail("fork: a child ending through C's exit() was still running after 60 s")
+    elif not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        fail(f"fork: a child ending through C's exit() ended with status {status}")
+    n = 1 << 16
+    t = values(n, torch.float32, RANK, 300)
+    dist.all_reduce(t)
+    expect_equal("fork: all_reduce after the forked children", t, sum(values(n, torch.float32, k, 300).double() for k in range(WORLD)).float())
+    sync()
+    say(f"fork: {batches} batches from forked data loader workers, each all_reduced; a helper through subprocess; "
+        f"a child ended through exit(); collectives go on")
+
+
 def check_graph():
     n = 1 << 18
     x = torch.zeros(n, device=DEV)
@@ -315,7 +377,8 @@ def main():
         return killpeer()
     if ARGS.mode == "exitlive":
         return exitlive()
-    phases = [("collectives", check_collectives), ("communicator churn", check_churn), ("ddp", check_ddp)]
+    phases = [("collectives", check_collectives), ("communicator churn", check_churn), ("forked children", check_fork),
+              ("ddp", check_ddp)]
     if CUDA:
         phases += [("cuda graph", check_graph), ("timings", timings)]
     for name, fn in phases:

@@ -59,7 +59,7 @@ for mode in $MODES; do
     log=$out/$name.log
     {
       printf '%s: exit %s in %s s, %s WARN line(s)\n' "$name" "$status" "$secs" "$(grep -c ' NCCL WARN ' "$log")"
-      grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|timing:|done:|the all_reduce failed|no error in|exits now|exits with|process group up)' "$log" | sed 's/^/  /'
+      grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|fork:|timing:|done:|the all_reduce failed|no error in|exits now|exits with|process group up)' "$log" | sed 's/^/  /'
       if [ "$mode" = killpeer ]; then
         killed=$(sed -n 's/^guest r[0-9]*: exits now .* at \([0-9.]*\)$/\1/p' "$log" | head -1)
         seen=$(sed -n 's/^guest r[0-9]*: the all_reduce failed, seen at \([0-9.]*\),.*/\1/p' "$log" | sort -n | head -1)

@@ -60,6 +60,8 @@ describe('test/torch scripts', () => {
     const good = await gloo(guest, args);
     for (const r of good) {
       expect(r.out).toMatch(/phase collectives: ok/);
+      expect(r.out).toMatch(/phase forked children: ok/);
+      expect(r.out).toMatch(/fork: 16 batches from forked data loader workers/);
       expect(r.out).toMatch(/phase ddp: ok/);
       expect(r.out).toMatch(/done: 0 failed check\(s\) here, 0 on all ranks/);
       expect(r.status).toBe(0);
@@ -76,6 +78,7 @@ describe('test/torch scripts', () => {
       for (const r of broken) {
         expect(r.out).toMatch(/FAIL all_reduce sum n=1 float32: 1 of 1 elements wrong/);
         expect(r.out).toMatch(/phase collectives: FAILED/);
+        expect(r.out).toMatch(/FAIL fork: all_reduce after the forked children: 1 of 65536 elements wrong/);
         expect(r.status).toBe(1);
       }
     } finally {
