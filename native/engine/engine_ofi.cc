@@ -220,11 +220,15 @@ bool ofiMayBlock(IoThread* t) {
 void ofiClose(Lane* l) {
   // What already completed is taken first (a post's progress may have read some), then the
   // endpoint goes; every op it still held is dropped with the lane (no completion follows).
+  // Only the n entries a poll wrote are its own: the rest of cs still holds an earlier poll's
+  // ops, and listing one twice would make l->dead a cycle (an endless loop below, lane lock
+  // held; a later poll that gives fewer, e.g. good completions and then an error, did so).
   OfiCompletion cs[64];
-  for (int k = 0; k < 1024 && l->ofi->poll(cs, 64) > 0; k++)
-    for (const OfiCompletion& c : cs)
-      if (c.ctx) {
-        Op* op = reinterpret_cast<Op*>(c.ctx);
+  int n;
+  for (int k = 0; k < 1024 && (n = l->ofi->poll(cs, 64)) > 0; k++)
+    for (int i = 0; i < n; i++)
+      if (cs[i].ctx) {
+        Op* op = reinterpret_cast<Op*>(cs[i].ctx);
         op->next = l->dead;
         l->dead = op;
       }
