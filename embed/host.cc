@@ -15,11 +15,13 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -45,6 +47,7 @@ struct Thread {
   std::atomic<Request*> posted{nullptr};
   std::atomic<int> waiting{0};  // control calls queued
   void (*wake)(int) = nullptr;
+  std::atomic<bool> down{false};  // it ran and stopped: requests posted to it never complete
 };
 
 // Never destroyed: the protocol threads may still run while the process exits.
@@ -115,8 +118,9 @@ void setState(int index, State s, const std::string& why = std::string()) {
   Host& h = host();
   std::lock_guard<std::mutex> g(h.mu);
   Thread& t = h.threads[index];
+  if ((s == State::kStopped || s == State::kFailed) && t.state == State::kRunning) t.down.store(true);
+  if (!why.empty() && !(t.state == State::kStopped && s == State::kStopped)) t.why = why;  // the first reason stays
   t.state = s;
-  if (!why.empty()) t.why = why;
   if (s != State::kRunning) {
     for (ControlCall* c : t.control) { c->rc = TSN_INTERNAL_ERROR; c->done = true; }
     t.control.clear();
@@ -248,6 +252,52 @@ bool forkedChild(Host& h, const char* call) {
   return true;
 }
 
+// Node's platform, made by protocol thread 0 (initNode): 2 worker threads and the delayed-task
+// scheduler. Node aborts the process when it cannot create one, or waits forever for it.
+constexpr int kNodePlatformThreads = 3;
+// How long an init waits for a protocol thread to start (Node's start takes well under a
+// second): past it the call fails instead of waiting on a thread stuck inside Node.
+constexpr int kStartTimeoutSec = 60;
+
+// Whether n more threads can run at once in this process: made, held until all exist, then
+// ended. A process at its thread limit must get an error from init, not reach Node's abort.
+bool threadsAvailable(int n, std::string* why) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::vector<std::thread> made;
+  try {
+    for (int i = 0; i < n; i++)
+      made.emplace_back([&] {
+        tsn::blockHostSignals();  // the host's signals go to the host's threads
+        std::unique_lock<std::mutex> g(mu);
+        cv.wait(g, [&] { return release; });
+      });
+  } catch (const std::system_error& e) {
+    *why = e.what();
+  }
+  {
+    std::lock_guard<std::mutex> g(mu);
+    release = true;
+  }
+  cv.notify_all();
+  for (std::thread& t : made) t.join();
+  return static_cast<int>(made.size()) == n;
+}
+
+// Starts protocol thread i (detached). A process out of threads (a container's pids limit,
+// RLIMIT_NPROC) makes std::thread throw: that must become an error for NCCL, never an
+// exception through C or V8 frames (std::terminate, the host process gone).
+bool startThread(int i, std::string* why) {
+  try {
+    std::thread(protocolMain, i).detach();
+    return true;
+  } catch (const std::system_error& e) {
+    *why = e.what();
+    return false;
+  }
+}
+
 }  // namespace
 
 tsn_result_t hostStart() {
@@ -273,10 +323,23 @@ tsn_result_t hostStart() {
       static std::once_flag atfork;
       std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, markForked); });
       log(kLogInfo, "starting the plugin thread with %s", h.entry.c_str());
-      std::thread(protocolMain, 0).detach();
+      std::string why;
+      bool room = threadsAvailable(1 + kNodePlatformThreads, &why);
+      if (!room || !startThread(0, &why)) {
+        t0.state = State::kIdle;  // a later init tries again
+        lk.unlock();
+        if (room) log(kLogWarn, "cannot start the plugin thread: %s", why.c_str());
+        else log(kLogWarn, "cannot start the plugin: the process cannot run the %d threads the plugin thread and Node's platform need (%s)",
+                 1 + kNodePlatformThreads, why.c_str());
+        return TSN_SYSTEM_ERROR;
+      }
     }
   }
-  h.cv.wait(lk, [&] { return t0.state != State::kStarting; });
+  if (!h.cv.wait_for(lk, std::chrono::seconds(kStartTimeoutSec), [&] { return t0.state != State::kStarting; })) {
+    lk.unlock();
+    log(kLogWarn, "the plugin thread has not started after %d s: it is stuck inside Node's start", kStartTimeoutSec);
+    return TSN_SYSTEM_ERROR;
+  }
   if (t0.state == State::kRunning) return TSN_SUCCESS;
   log(kLogWarn, "%s", t0.why.c_str());
   return TSN_INTERNAL_ERROR;
@@ -291,27 +354,43 @@ tsn_result_t hostStartMore(int n, std::string* why) {
   }
   if (h.started.load() > 1) return TSN_SUCCESS;
   // A thread is started once: one that runs from an earlier, failed attempt stays (idle until
-  // all start), and one that failed is not tried again (its error is reported each time).
+  // all start), and one that failed is not tried again (its error is reported each time). One
+  // that could not be created (out of threads) is tried again at the next attempt.
   for (int i = 1; i < n; i++) {
     if (h.threads[i].state != State::kIdle) continue;
     h.threads[i].state = State::kStarting;
-    std::thread(protocolMain, i).detach();
+    std::string err;
+    if (!startThread(i, &err)) {
+      h.threads[i].state = State::kIdle;
+      h.threads[i].why = "cannot start it: " + err;
+    }
   }
-  h.cv.wait(lk, [&] {
+  bool settled = h.cv.wait_for(lk, std::chrono::seconds(kStartTimeoutSec), [&] {
     for (int i = 1; i < n; i++)
       if (h.threads[i].state == State::kStarting) return false;
     return true;
   });
+  if (!settled) {
+    *why = "a protocol thread has not started after " + std::to_string(kStartTimeoutSec) + " s";
+    return TSN_SYSTEM_ERROR;
+  }
   for (int i = 1; i < n; i++)
     if (h.threads[i].state != State::kRunning) {
       *why = "protocol thread " + std::to_string(i) + ": " + h.threads[i].why;
+      if (h.threads[i].state == State::kIdle) h.threads[i].why.clear();
       return TSN_INTERNAL_ERROR;  // the started ones stay idle: calls go to 0..started-1 only
     }
   h.started.store(n);
   return TSN_SUCCESS;
 }
 
-bool hostForked(const char* call) { return g_forked.load(std::memory_order_relaxed) && forkedChild(host(), call); }
+bool hostDown(int thread, const char* call) {
+  Host& h = host();
+  if (g_forked.load(std::memory_order_relaxed) && forkedChild(h, call)) return true;
+  if (thread < 0 || !h.threads[thread].down.load(std::memory_order_relaxed)) return false;
+  log(kLogWarn, "%s: protocol thread %d has stopped (an earlier WARN says why); its requests cannot complete", call, thread);
+  return true;
+}
 
 int hostThreads() { return std::max(1, host().started.load()); }
 

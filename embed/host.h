@@ -19,9 +19,11 @@ tsn_result_t hostStart();
 // thread is not running, or in a child forked after the plugin started (a WARN names `call`).
 tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const char* call);
 
-// True, after a WARN naming `call`, in a child forked after the plugin started: it has the
-// plugin's memory but not its threads. One relaxed load otherwise (the data path checks it).
-bool hostForked(const char* call);
+// True, after a WARN naming `call`, where a request for protocol thread `thread` could never
+// complete: in a child forked after the plugin started (it has the plugin's memory but not its
+// threads), or once that thread has stopped (the plugin called process.exit(), its loop
+// ended; thread -1: the fork only). Two relaxed loads otherwise (the data path checks it).
+bool hostDown(int thread, const char* call);
 
 // Queues a posted request for protocol thread `thread` and wakes it. Lock-free.
 void hostPost(int thread, Request* r);

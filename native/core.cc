@@ -214,7 +214,7 @@ tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, vo
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "connect: %p is not a context from init", ctx);
   if (!handle || !sendComm) FAIL(TSN_INVALID_ARGUMENT, "connect: handle or sendComm is NULL");
   *sendComm = nullptr;
-  if (hostForked("connect")) return TSN_INTERNAL_ERROR;  // before g_connectMu, which a lost thread may hold
+  if (hostDown(-1, "connect")) return TSN_INTERNAL_ERROR;  // before g_connectMu, which a lost thread may hold
   int trafficClass = config ? config->trafficClass : -1;
   std::string key = connectKey(c, dev, handle);
   int thread;
@@ -308,7 +308,7 @@ tsn_result_t tsn_isend(void* sendComm, void* data, size_t size, int tag, void* m
   Buf b;
   tsn_result_t rc = resolve(c, "isend", data, size, mhandle, tag, &b);
   if (rc != TSN_SUCCESS) return rc;
-  if (hostForked("isend")) return TSN_INTERNAL_ERROR;  // no protocol thread here would take the request
+  if (hostDown(c->thread, "isend")) return TSN_INTERNAL_ERROR;  // no protocol thread would take the request
   Request* r = takeSlot(c);
   *request = r;
   if (!r) return TSN_SUCCESS;  // all slots in flight: NCCL tries again later
@@ -333,7 +333,7 @@ tsn_result_t tsn_irecv(void* recvComm, int n, void** data, const size_t* sizes, 
     tsn_result_t rc = resolve(c, "irecv", data[i], sizes[i], mhandles[i], tags[i], &bufs[i]);
     if (rc != TSN_SUCCESS) return rc;
   }
-  if (hostForked("irecv")) return TSN_INTERNAL_ERROR;  // no protocol thread here would take the request
+  if (hostDown(c->thread, "irecv")) return TSN_INTERNAL_ERROR;  // no protocol thread would take the request
   Request* r = takeSlot(c);
   *request = r;
   if (!r) return TSN_SUCCESS;
@@ -357,7 +357,7 @@ tsn_result_t tsn_iflush(void* recvComm, int n, void** data, int* sizes, void** m
     tsn_result_t rc = resolve(c, "iflush", data[i], static_cast<size_t>(sizes[i]), mhandles[i], 0, &bufs[i]);
     if (rc != TSN_SUCCESS) return rc;
   }
-  if (hostForked("iflush")) return TSN_INTERNAL_ERROR;  // no protocol thread here would take the request
+  if (hostDown(c->thread, "iflush")) return TSN_INTERNAL_ERROR;  // no protocol thread would take the request
   Request* r = takeSlot(c);
   *request = r;
   if (!r) return TSN_SUCCESS;
@@ -376,7 +376,7 @@ tsn_result_t tsn_test(void* request, int* done, int* sizes) {
   int s = slotState(r->comm, r->index);
   if (s == kPosted) {
     *done = 0;
-    if (hostForked("test")) return TSN_INTERNAL_ERROR;  // it would never complete in this process
+    if (hostDown(r->comm->thread, "test")) return TSN_INTERNAL_ERROR;  // it would never complete
     return TSN_SUCCESS;
   }
   if (s == kFree) FAIL(TSN_INTERNAL_ERROR, "test: request %p is not in flight (tested after it completed?)", request);

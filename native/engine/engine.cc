@@ -35,7 +35,10 @@
 #include <algorithm>
 #include <cstring>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
+#include <system_error>
+#include <thread>
 #include <unordered_set>
 #include <vector>
 
@@ -841,12 +844,47 @@ bool startThreads(int n, double spinUs, double lingerMs, double pollUs, std::str
     }
     e->threads.push_back(t);
   }
-  E = e;
+  // Every thread is made before any runs: one that cannot be made (a container's pids limit,
+  // RLIMIT_NPROC) fails ioStart with the reason, and the ones made already end at once. E is
+  // published only once all exist, so a later ioStart tries again from nothing. std::thread
+  // throws when it cannot: never through the JavaScript that called ioStart (std::terminate).
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    int state = 0;  // 0: wait, 1: run, -1: end
+  };
+  auto* gate = new Gate();  // left to the threads that wait on it: a few bytes, once
+  auto open = [gate](int state) {
+    std::lock_guard<std::mutex> g(gate->mu);
+    gate->state = state;
+    gate->cv.notify_all();
+  };
   for (IoThread* t : e->threads) {
-    std::thread th(threadMain, t);
-    t->handle = th.native_handle();
-    th.detach();  // lives as long as the process
+    try {
+      std::thread th([gate, t] {
+        int state;
+        {
+          std::unique_lock<std::mutex> g(gate->mu);
+          gate->cv.wait(g, [&] { return gate->state != 0; });
+          state = gate->state;
+        }
+        if (state > 0) threadMain(t);
+      });
+      t->handle = th.native_handle();
+      th.detach();  // lives as long as the process
+    } catch (const std::system_error& x) {
+      open(-1);
+      *why = "cannot start I/O thread " + std::to_string(t->index) + " of " + std::to_string(n);  // errno names why
+      for (IoThread* u : e->threads) {
+        close(u->ep);
+        close(u->ev);
+      }
+      errno = x.code().value();
+      return false;  // the Engine and its threads' structures stay: a thread made may still look at them
+    }
   }
+  E = e;
+  open(1);
   return true;
 }
 

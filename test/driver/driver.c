@@ -2570,6 +2570,67 @@ out:
   shim_close(&n);
 }
 
+// ---------------------------------------------------------------- stopped
+
+// The plugin's protocol thread stops while comms are open (the plugin called process.exit()):
+// run by test/driver/stopped.test.ts with TSNET_JS_ENTRY naming a wrapper of the plugin that
+// calls process.exit() once the file TSNET_TEST_EXIT_FILE exists. Every later call must fail at
+// once, a receive posted before must end in an error (not "not done" forever), and the closes
+// must return.
+static void sc_stopped(int version) {
+  set_prefix(version, "stopped", NULL);
+  const char* file = getenv("TSNET_TEST_EXIT_FILE");
+  if (!file) {
+    note("skip: TSNET_TEST_EXIT_FILE is not set (test/driver/stopped.test.ts sets it)");
+    return;
+  }
+  Net n;
+  if (open_net(&n, version)) return;
+  void* ctx = NULL;
+  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  enum { SIZE = 4096 };
+  uint8_t* sbuf = malloc(SIZE);
+  uint8_t* rbuf = malloc(SIZE);
+  void *lc, *sc, *rc, *smh = NULL, *rmh = NULL;
+  if (pair_open(&n, ctx, &lc, &sc, &rc) != 0) goto out;
+  tsn_result_t a = shim_reg_mr(&n, sc, sbuf, SIZE, TSN_PTR_HOST, &smh), b = shim_reg_mr(&n, rc, rbuf, SIZE, TSN_PTR_HOST, &rmh);
+  if (!check(a == TSN_SUCCESS && b == TSN_SUCCESS, "regMr on both comms (rc %d, %d)", a, b)) goto out;
+  void* rreq = NULL;
+  void* d = rbuf;
+  size_t room = SIZE;
+  int tag = 1;
+  tsn_result_t r = shim_irecv(&n, rc, 1, &d, &room, &tag, &rmh, &rreq);
+  if (!check(r == TSN_SUCCESS && rreq, "a receive posted before the stop (rc %d)", r)) goto out;
+  FILE* f = fopen(file, "w");
+  if (!check(f != NULL, "create %s", file)) goto out;
+  fclose(f);
+  // The thread is gone once a control call says so.
+  int ndev = 0;
+  double end = now_s() + g_timeout;
+  while ((r = shim_devices(&n, &ndev)) == TSN_SUCCESS && now_s() < end) usleep(5000);
+  if (!check(r != TSN_SUCCESS, "devices() fails once the plugin's thread has stopped (rc %d)", r)) goto out;
+  double t0 = now_s();
+  void* req = NULL;
+  r = shim_isend(&n, sc, sbuf, 8, 1, smh, &req);
+  check(r == TSN_INTERNAL_ERROR && !req, "isend fails (rc %d, request %p)", r, req);
+  req = NULL;
+  r = shim_irecv(&n, rc, 1, &d, &room, &tag, &rmh, &req);
+  check(r == TSN_INTERNAL_ERROR && !req, "irecv fails (rc %d, request %p)", r, req);
+  int done = 0, size = -1;
+  r = shim_test(&n, rreq, &done, &size);
+  check(r == TSN_INTERNAL_ERROR, "test() of the receive posted before the stop fails (rc %d, done %d)", r, done);
+  r = shim_dereg_mr(&n, sc, smh);
+  check(r != TSN_SUCCESS, "deregMr fails (rc %d)", r);
+  tsn_result_t c1 = shim_close_send(&n, sc), c2 = shim_close_recv(&n, rc), c3 = shim_close_listen(&n, lc);
+  check(1, "closeSend, closeRecv, closeListen returned (rc %d, %d, %d)", c1, c2, c3);
+  double took = now_s() - t0;
+  check(took < 2.0, "each call returned at once (%.3f s for all)", took);
+out:
+  free(sbuf);
+  free(rbuf);
+  shim_close(&n);
+}
+
 // ---------------------------------------------------------------- killpeer
 
 // A stream of 64 MiB messages, KP_DEPTH in flight each way, between a receiver process and a
@@ -3105,6 +3166,7 @@ static const Scenario SCENARIOS[] = {
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
     {"fork", sc_fork, ONE_PROC, 1, "a child forked with comms open: its calls fail at once, it exits, the parent goes on"},
+    {"stopped", sc_stopped, ONE_PROC, 0, "the plugin's thread stops with comms open: later calls fail at once (not in all: needs TSNET_TEST_EXIT_FILE)"},
     {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
     {"stranger", sc_stranger, OWN_PROCS, 1, "raw TCP clients on a listener's port, then a real connection (TCP)"},
     {"bulk", sc_bulk, PAIR, 0, "8 messages of 64 MiB, validated (not in all)"},
@@ -3148,7 +3210,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork killpeer stranger bulk gpu\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork stopped killpeer stranger bulk gpu\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"
