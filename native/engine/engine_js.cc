@@ -140,16 +140,21 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
   }
   int one = 1;
   setsockopt(mine, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // fails harmlessly on a Unix socket
+  void* mem = nullptr;  // the receive ring (up to 1 GiB): a process out of memory gets an error, not a fault
+  if (rxBytes && !(mem = aligned_alloc(64, sizeof(tsn_rx_hdr_t) + rxBytes))) {
+    close(mine);
+    return sysFail(env, "ioAdopt: a receive ring of " + std::to_string(rxBytes) + " bytes", ENOMEM);
+  }
   Lane* l = newLane(mine, E->threads[ti], p, static_cast<uint32_t>(linkD));
   if (!l) {
     close(mine);
+    free(mem);
     return fail(env, "ioAdopt: too many lanes");
   }
   Napi::Object out = Napi::Object::New(env);
   out.Set("lane", l->id);
   out.Set("thread", ti);
   if (rxBytes) {
-    void* mem = aligned_alloc(64, sizeof(tsn_rx_hdr_t) + rxBytes);
     memset(mem, 0, sizeof(tsn_rx_hdr_t));
     l->rxHdr = static_cast<tsn_rx_hdr_t*>(mem);
     l->rxHdr->capacity = rxBytes;
