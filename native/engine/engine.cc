@@ -528,6 +528,9 @@ bool drainAdmin(IoThread* t) {
       std::lock_guard<std::mutex> g(l->mu);
       l->kicks--;
       if (!l->closed) listLane(t, l);
+    } else if (a->kind == Admin::kStall && l) {
+      std::lock_guard<std::mutex> g(l->mu);
+      l->testStallMs = a->ms;
     } else if (a->kind == Admin::kStall) {
       InCall in(t, ~0u, IoCall::kTest);
       usleep(a->ms * 1000);
@@ -988,7 +991,7 @@ void cancelLane(Lane* l, bool graceful, bool* partial, bool* hard) {
     for (int k = 0; !g.try_lock(); k++) {
       if (k == 5000 || watch.stuck(l->t)) {
         log(kLogWarn, "ofi: lane %u: its I/O thread is stuck inside libfabric; the endpoint is abandoned", l->id);
-        l->quiet = true;  // racy but only ever set: at worst one more completion is reported
+        l->quiet = true;  // without the lock: the I/O thread closes the endpoint itself once it is back (ofiProgress)
         return;
       }
       usleep(1000);

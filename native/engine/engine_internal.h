@@ -66,8 +66,11 @@ struct Lane {
   std::mutex mu;
   // Under mu:
   bool closed = false;   // the fd is gone
-  bool quiet = false;    // the protocol closed the lane: no more completions
+  // The protocol closed the lane: no more completions. Atomic: a close that gives up on an I/O
+  // thread stuck inside libfabric sets it without the lane's lock (cancelLane).
+  std::atomic<bool> quiet{false};
   bool closing = false;  // graceful close: finish inline writes, shut down writing, drain
+  uint32_t testStallMs = 0;  // tests only (Admin::kStall with a lane): the next poll sleeps this long first
   int kicks = 0;         // kKick admins posted for it and not yet taken (lock held): it is not freed before
   int err = 0;           // the lane failed: every op completes with this status
   bool eof = false;      // the peer ended the stream
@@ -101,7 +104,9 @@ struct Admin {
   Admin* next = nullptr;
   Kind kind;
   Lane* lane;
-  uint32_t ms = 0;  // kStall (tests only): the thread sleeps this long as if inside a provider call
+  // kStall (tests only): the thread sleeps this long as if inside a provider call; with a lane
+  // (an endpoint), inside that lane's next poll, its lock held (Lane::testStallMs).
+  uint32_t ms = 0;
 };
 
 // What a provider call an I/O thread is inside of does (IoThread::call), for ioStalls.
@@ -189,7 +194,7 @@ void retireNow(IoThread* t, Lane* l);
 // engine_ofi.cc (libfabric lanes; the caller holds the lane's lock where it says so)
 void ofiTake(IoThread* t, Lane* l, Op* op);          // queue a post (lock held)
 bool ofiProgress(IoThread* t, Lane* l);              // post what waits, poll; true: work remains (lock held); sets t->ofiActive on completions
-void ofiClose(Lane* l);                              // close the endpoint, drop every op (lock held)
+void ofiClose(Lane* l, bool drainFirst = true);      // close the endpoint, drop every op (lock held)
 void ofiDelete(Lane* l);                             // the lane is freed: its endpoint goes
 void ofiRelease(Op* op);                             // an op leaves: its registrations' counts drop
 bool ofiMayBlock(IoThread* t);                       // every endpoint agrees to sleep (fi_trywait)

@@ -151,10 +151,26 @@ void ofiTake(IoThread*, Lane* l, Op* op) {
   l->ofiTail = op;
 }
 
+// A close gave up on this thread while it was inside libfabric (cancelLane: the endpoint is
+// abandoned, the caller gone on, NCCL free to give its memory back). Back with the lane's lock,
+// the thread posts nothing more and reports nothing more: it closes the endpoint itself, which
+// drops every operation still posted there (freeLane frees them).
+static bool abandoned(Lane* l) {
+  if (!l->quiet.load(std::memory_order_acquire)) return false;
+  if (!l->closed) {
+    ofiClose(l, false);
+    l->closed = true;
+    log(kLogInfo, "ofi: lane %u: its I/O thread came back from libfabric after its close gave up; the endpoint is closed now",
+        l->id);
+  }
+  return true;
+}
+
 bool ofiProgress(IoThread* t, Lane* l) {
   bool more = false;
   useGpu(t, l);
   while (Op* op = l->ofiHead) {
+    if (abandoned(l)) return false;  // here the queue and the provider agree on every op
     int r;
     {
       InCall in(t, l->id, IoCall::kPost);
@@ -169,16 +185,32 @@ bool ofiProgress(IoThread* t, Lane* l) {
     if (r == 0 && op->kind != TSN_SUB_OFI_RECV) noteWrite(l);
     if (r == 0) continue;  // in flight: libfabric holds it until its completion
     noteError(l, l->ofi->lastError().text);
-    if (!(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, r, 0);
+    if (!l->quiet && !(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, r, 0);
     ofiRelease(op);
     freeOp(t, op);
   }
+  if (abandoned(l)) return false;
   constexpr int kMax = 64;
   OfiCompletion cs[kMax];
   int n;
   {
     InCall in(t, l->id, IoCall::kPoll);
     n = l->ofi->poll(cs, kMax);
+    if (uint32_t ms = l->testStallMs) {  // tests only: a poll that took its completions, then hung
+      l->testStallMs = 0;
+      usleep(ms * 1000);
+    }
+  }
+  if (abandoned(l)) {
+    // What this poll took is not reported: its ops go with the lane's dead list.
+    for (int i = 0; i < n; i++)
+      if (cs[i].ctx) {
+        Op* op = reinterpret_cast<Op*>(cs[i].ctx);
+        ofiRelease(op);
+        op->next = l->dead;
+        l->dead = op;
+      }
+    return false;
   }
   if (n < 0) {
     // The queue itself failed: nothing more will complete on this endpoint.
@@ -209,7 +241,7 @@ bool ofiProgress(IoThread* t, Lane* l) {
 bool ofiMayBlock(IoThread* t) {
   for (Lane* l : t->ofi) {
     std::lock_guard<std::mutex> g(l->mu);
-    if (l->closed) continue;
+    if (l->closed || l->quiet) continue;
     if (l->ofiHead) return false;
     InCall in(t, l->id, IoCall::kPoll);
     if (!l->ofi->tryWait()) return false;
@@ -217,15 +249,18 @@ bool ofiMayBlock(IoThread* t) {
   return true;
 }
 
-void ofiClose(Lane* l) {
+void ofiClose(Lane* l, bool drainFirst) {
   // What already completed is taken first (a post's progress may have read some), then the
   // endpoint goes; every op it still held is dropped with the lane (no completion follows).
   // Only the n entries a poll wrote are its own: the rest of cs still holds an earlier poll's
   // ops, and listing one twice would make l->dead a cycle (an endless loop below, lane lock
   // held; a later poll that gives fewer, e.g. good completions and then an error, did so).
+  // An abandoned endpoint is not polled first: its memory may be NCCL's again, and a poll
+  // progresses the provider, which may copy a message into a receive still posted; close()
+  // takes the receives back before it reads the queue.
   OfiCompletion cs[64];
   int n;
-  for (int k = 0; k < 1024 && (n = l->ofi->poll(cs, 64)) > 0; k++)
+  for (int k = 0; drainFirst && k < 1024 && (n = l->ofi->poll(cs, 64)) > 0; k++)
     for (int i = 0; i < n; i++)
       if (cs[i].ctx) {
         Op* op = reinterpret_cast<Op*>(cs[i].ctx);

@@ -86,12 +86,14 @@ static Napi::Object Init(Napi::Env env, Napi::Object exports) {
       }
     return Napi::Number::New(info.Env(), n);
   }));
-  // ioTestStall(thread, ms): I/O thread `thread` sleeps ms as if inside a provider call that
-  // does not return (for ioStalls' tests).
+  // ioTestStall(thread, ms[, lane]): I/O thread `thread` sleeps ms as if inside a provider call
+  // that does not return (for ioStalls' tests); with a libfabric lane of that thread, inside
+  // that lane's next poll, with its lock held.
   exports.Set("ioTestStall", Napi::Function::New(env, [](const Napi::CallbackInfo& info) {
     uint32_t t = info[0].As<Napi::Number>().Uint32Value();
+    tsn::Lane* l = info.Length() > 2 && tsn::E ? tsn::laneOf(info[2].As<Napi::Number>().Uint32Value()) : nullptr;
     if (tsn::E && t < tsn::E->threads.size()) {
-      tsn::Admin* a = new tsn::Admin{nullptr, tsn::Admin::kStall, nullptr, info[1].As<Napi::Number>().Uint32Value()};
+      tsn::Admin* a = new tsn::Admin{nullptr, tsn::Admin::kStall, l, info[1].As<Napi::Number>().Uint32Value()};
       tsn::postAdmin(tsn::E->threads[t], a);
     }
     return info.Env().Undefined();

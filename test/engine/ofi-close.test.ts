@@ -3,7 +3,11 @@
 // endpoint; it used to take all 64 entries of its array after each read, not the ones that
 // read gave, so a read that gave fewer than the one before (two completions, then the error)
 // listed an op twice: an endless loop with the lane's lock held, and every lane of that I/O
-// thread stopped with it (tcp;ofi_rxm hung there every run).
+// thread stopped with it (tcp;ofi_rxm hung there every run). Then a close that gives up on an
+// I/O thread stuck inside a poll (ofi-abandon-main.ts): once back, the thread must report
+// nothing of that poll (over tcp it reported the 4 completions it had taken) and close the
+// endpoint without polling it first (a poll progresses the provider, which may copy into a
+// receive whose memory is NCCL's again).
 import * as path from 'path';
 import { describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
@@ -25,5 +29,20 @@ describe.skipIf(!!missing || !HAVE_LIBFABRIC)('engine: a libfabric lane closed w
       expect(r.status, r.stderr.slice(-2000)).toBe(0);
       const { closeMs } = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { closeMs: number };
       expect(closeMs).toBeLessThan(5000);
+    }, 60_000);
+});
+
+describe.skipIf(!!missing || !HAVE_LIBFABRIC)('engine: a libfabric lane whose close gave up on its I/O thread, stuck in a poll', () => {
+  for (const provider of ['tcp', 'shm'])
+    it(`${provider}: once back, the thread reports nothing and leaves the given-back memory alone`, async () => {
+      const r = await runAsync(path.join(ROOT, 'node_modules/.bin/vite-node'), ['test/engine/ofi-abandon-main.ts', provider], { cwd: ROOT, timeout: 30_000 });
+      expect(r.signal, r.stderr.slice(-2000)).toBeNull();
+      expect(r.status, r.stderr.slice(-2000)).toBe(0);
+      expect(r.stderr + r.stdout).toMatch(/its I\/O thread is stuck inside libfabric; the endpoint is abandoned/);
+      const got = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { closeMs: number; completionsAfterClose: number; sendsDone: number; intact: boolean };
+      expect(got.closeMs).toBeLessThan(5000);
+      expect(got.sendsDone).toBe(4);
+      expect(got.completionsAfterClose).toBe(0);
+      expect(got.intact).toBe(true);
     }, 60_000);
 });

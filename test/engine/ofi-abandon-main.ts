@@ -1,0 +1,61 @@
+// A libfabric lane whose close gives up on its I/O thread, stuck inside a poll with the lane's
+// lock held (ioTestStall with a lane) after that poll took completions; when the poll returns,
+// the thread must report none of them, post and poll nothing more, and close the endpoint
+// itself (ofi-close.test.ts runs this in a child). Rail B posts 4 receives of 64 bytes; its
+// thread is held while rail A sends 4 messages, then its poll takes them and hangs for STALL
+// ms; ioClose(B) gives up meanwhile, B's memory is "given back" (overwritten), and after the
+// stall the completions B's link got, and whether that memory was written, are printed.
+import { SubKind } from '../../plugin/engine/records';
+import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
+import { engine, portOf } from './helpers';
+
+const provider = process.argv[2] || 'tcp';
+const STALL = 1500;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function main(): Promise<void> {
+  const e = engine(2, 50);
+  const ofi = e as unknown as OfiBinding & { ioTestStall(thread: number, ms: number, lane?: number): void };
+  const port = portOf(0);
+  ofi.ofiOpen({ provider, hmem: false });
+  const got = { a: 0, b: 0 };
+  const handler = (k: 'a' | 'b') => ({ onOp: () => void got[k]++, onRx: () => {} });
+  const linkA = port.addLink(handler('a'));
+  const linkB = port.addLink(handler('b'));
+  const a = ofi.ofiRail(0, 0, linkA);
+  const b = ofi.ofiRail(0, 1, linkB);
+  const peerB = ofi.ofiInsertPeer(a.lane, b.name);
+  ofi.ofiInsertPeer(b.lane, a.name);
+  const ma = ofi.ofiAlloc(a.lane, 4096);
+  const mb = ofi.ofiAlloc(b.lane, 4096);
+  const bBytes = new Uint8Array(mb.buffer, 0, 256);
+  new Uint8Array(ma.buffer, 0, 256).fill(0xaa);
+  let op = 100;
+  for (let i = 0; i < 4; i++) port.submitOfi(b.thread, b.lane, linkB, op++, SubKind.OFI_RECV, mb.addr + 64 * i, 64, mb.mr, 0, 0, 0, 0, -1);
+  port.flush();
+  await sleep(200);
+  // B's thread is held (polling nothing) while A's messages come, then its next poll of B takes
+  // their completions and hangs there with the lock held.
+  ofi.ioTestStall(b.thread, 600);
+  ofi.ioTestStall(b.thread, STALL, b.lane);
+  await sleep(100);
+  for (let i = 0; i < 4; i++) port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_SEND, ma.addr + 64 * i, 64, ma.mr, peerB, 0, 0, 0, -1);
+  port.flush();
+  await sleep(800);
+  port.poll();
+  const before = got.b;
+  const t0 = performance.now();
+  const closed = ofi.ioClose(b.lane, false);
+  const closeMs = Math.round(performance.now() - t0);
+  bBytes.fill(0x55); // given back: whatever the endpoint does from now on must not show here
+  await sleep(STALL + 500);
+  port.poll();
+  const intact = bBytes.every((x) => x === 0x55);
+  console.log(JSON.stringify({ closeMs, closed, completionsBefore: before, completionsAfterClose: got.b - before, sendsDone: got.a, intact }));
+  process.exit(0);
+}
+
+main().catch((err) => {
+  console.error(`ofi abandon: ${(err as Error).stack}`);
+  process.exit(1);
+});
