@@ -17,6 +17,11 @@ import { NO_OP, type StreamLink } from './link';
 import { MAX_ENTRIES, Matcher, type RecvEntry, sizeError } from './matching';
 import { stripeCount } from './policies';
 
+/** The largest message a peer may announce: the largest isend (core.cc refuses more). */
+const MAX_MESSAGE = 0x7fffffff;
+/** Messages in flight on one link at most (a message's id takes 16 bits of its token). */
+const MAX_MSGS = 0xffff;
+
 /** The buffers of one irecv, filled by the caller and copied by irecv (reused across calls). */
 export interface RecvArgs {
   n: number;
@@ -202,6 +207,11 @@ export class Receiver extends Endpoint {
   protected onFrame(f: Frame, at: number): void {
     if (f.type !== FrameType.MSG) return this.unexpected(f);
     if (f.seq !== this.nextSeq) return this.fail(remoteError(`${this.name}: protocol error: message ${f.seq} arrived, expected ${this.nextSeq}`));
+    // No send is larger (isend refuses more than INT_MAX bytes): a larger size would have this
+    // thread list stripes for it in one loop until memory runs out.
+    if (f.size > MAX_MESSAGE) return this.fail(remoteError(`${this.name}: protocol error: message ${f.seq} of ${f.size} bytes, more than any send (${MAX_MESSAGE})`));
+    if (this.freeMsgs.length === 0 && this.msgs.length >= MAX_MSGS)
+      return this.fail(remoteError(`${this.name}: protocol error: more than ${MAX_MSGS} messages in flight on one link (message ${f.seq})`));
     this.nextSeq++;
     const m = this.allocMsg();
     m.seq = f.seq;
@@ -411,9 +421,9 @@ export class Receiver extends Endpoint {
   private allocMsg(): Msg {
     let m = this.freeMsgs.pop();
     if (!m) {
-      // Ids stay below 0xffff and generations below 2^14: a token (id | gen << 16) stays below
-      // 2^30, never one of the engine's markers (CQE_RX, OP_REMOTE) and a small integer to V8.
-      if (this.msgs.length >= 0xffff) throw new Error('more than 65535 messages in flight on one link');
+      // Ids stay below MAX_MSGS (onFrame fails the link first) and generations below 2^14: a
+      // token (id | gen << 16) stays below 2^30, never one of the engine's markers (CQE_RX,
+      // OP_REMOTE) and a small integer to V8.
       m = { id: this.msgs.length, gen: 0, seq: 0, tag: 0, size: 0, eager: false, at: 0, rxUs: 0, rxIo: 0, frameAt: 0, arrived: 0, recv: null, recvGen: 0, dest: 0, matched: false, copied: false, stripes: 0, live: false };
       this.msgs.push(m);
     }

@@ -4,7 +4,7 @@
 // no round trip. A send larger than its receive is reported by the receiver (NACK): the send
 // it names fails if still pending, else the next isend on this comm does.
 import { ResultCode } from '../abi';
-import { type NetError, invalidUsage } from '../errors';
+import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
 import type { Region } from '../memory';
 import { type Complete, Endpoint, ZEROS, laneError } from './endpoint';
@@ -110,6 +110,8 @@ export class Sender extends Endpoint {
 
   protected onFrame(f: Frame): void {
     if (f.type !== FrameType.NACK) return this.unexpected(f);
+    if (f.seq < 0 || f.seq >= this.seq)
+      return this.fail(remoteError(`${this.name}: protocol error: a NACK for message ${f.seq}, which was never sent (${this.seq} sent)`));
     const op = this.ops.find((o) => o.seq === f.seq && o.gen > 0);
     const what = op ? `the ${op.size}-byte send (tag ${op.tag}, message ${f.seq})` : `message ${f.seq}`;
     const e = invalidUsage(`${this.name}: ${what} does not fit the ${f.size}-byte receive it matched`);

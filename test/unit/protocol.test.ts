@@ -1220,6 +1220,9 @@ describe('the receiver against a hand-driven sender', () => {
     ['an inline payload larger than the receive ring', (raw) => raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, MiB, 0, 0, NO_OP),
       'test-recv: protocol error: a 1048576-byte inline payload is larger than the receive ring (262144 bytes)'],
     ['a reset', (raw) => raw.close(false), 'test-recv: the peer reset the connection (ECONNRESET)'],
+    // Its stripes would be listed in one loop (2^28 of them with the fixed policy's 4 KiB), until the heap ran out.
+    ['a message larger than any send', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, 2 ** 40, 0, 0, NO_OP),
+      'test-recv: protocol error: message 0 of 1099511627776 bytes, more than any send (2147483647)'],
   ])('%s fails every pending receive with REMOTE_ERROR', async (_what, act, why) => {
     const r = await twoPendingFail(act);
     expect(warnings()).toEqual([`${why}; failing 2 pending receive(s)`]);
@@ -1244,6 +1247,19 @@ describe('the receiver against a hand-driven sender', () => {
     expect(r.received.slice(2)).toEqual([2, 3].map((slot) => ({ slot, code: ResultCode.REMOTE_ERROR, sizes: [0] })));
     expect(warnings().slice(1)).toEqual([`${why}; every message it sent has been delivered; the comm has failed: this receive and every later one fail`]);
   });
+
+  it('65535 messages in flight that match nothing: the next one fails the comm (it used to throw out of the completion handler and be lost)', async () => {
+    const r = rawSender();
+    r.recv(0, { buf: r.mem.buf(10), tag: 0 });
+    for (let seq = 0; seq < 0xffff; seq++) r.raw.frame(FrameType.MSG, 0, 7 + (seq % 5), seq, 0, 0, 0, NO_OP);
+    await r.settle();
+    expect(r.received).toEqual([]);
+    expect(warnings()).toEqual([]);
+    r.raw.frame(FrameType.MSG, 0, 7, 0xffff, 0, 0, 0, NO_OP);
+    await r.settle();
+    expect(r.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
+    expect(warnings()).toEqual(['test-recv: protocol error: more than 65535 messages in flight on one link (message 65535); failing 1 pending receive(s)']);
+  }, 60_000);
 
   // DESIGN.md: "nothing may read or write a buffer after NCCL gets it back". A group that fails
   // while an earlier message's stripe is still being read into it is reported once that read ended.
@@ -1323,14 +1339,16 @@ describe('the sender against a hand-driven receiver', () => {
     ]);
   });
 
-  it('a NACK naming a message it does not know fails the next send', async () => {
+  it('a NACK naming a message sent long ago, whose send it no longer holds, fails the next send', async () => {
     const r = rawReceiver();
-    r.raw.frame(FrameType.NACK, 0, 0, 99, 10, 0, 0, NO_OP);
+    for (let i = 0; i < 20; i++) r.sender.isend(i % 16, null, 0, 0, 0); // 16 slots: message 0's op is reused
     await r.settle();
-    expect(warnings()).toEqual(['test-send: message 99 does not fit the 10-byte receive it matched; it had completed: the next send on this comm fails']);
+    r.raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, NO_OP);
+    await r.settle();
+    expect(warnings()).toEqual(['test-send: message 0 does not fit the 10-byte receive it matched; it had completed: the next send on this comm fails']);
     r.sender.isend(0, null, 0, 0, 0);
     await r.settle();
-    expect(r.sent).toEqual([{ slot: 0, code: ResultCode.INVALID_USAGE, sizes: [0] }]);
+    expect(r.sent.at(-1)).toEqual({ slot: 0, code: ResultCode.INVALID_USAGE, sizes: [0] });
   });
 
   it.each<[string, (raw: StreamLink) => void, string]>([
@@ -1338,6 +1356,7 @@ describe('the sender against a hand-driven receiver', () => {
     ['type 2', (raw) => raw.frame(2, 0, 0, 0, 0, 0, 0, NO_OP), 'test-send: protocol error from the receiver: unknown frame type 2'],
     ['a CLOSE', (raw) => raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP), 'test-send: the receiver closed the connection'],
     ['a reset', (raw) => raw.close(false), 'test-send: the peer reset the connection (ECONNRESET)'],
+    ['a NACK for a message never sent', (raw) => raw.frame(FrameType.NACK, 0, 0, 99, 10, 0, 0, NO_OP), 'test-send: protocol error: a NACK for message 99, which was never sent (2 sent)'],
   ])('%s from the receiver fails every pending send with REMOTE_ERROR', async (_what, act, why) => {
     const r = rawReceiver({ eagerMax: 100 });
     const big = r.mem.buf(5000, 2);
