@@ -4,7 +4,7 @@
 // (local operations, posted receives) or by the comm id in the immediate data (remote
 // writes, messages). A comm id is reused only after every other id was, and not within the
 // quarantine after its comm closed, so late writes for a closed comm find no one.
-import { internalError, systemError } from '../../errors';
+import { internalError, remoteError, systemError } from '../../errors';
 import { log } from '../../log';
 import { BouncePool, bounceId, isBounceToken } from './bounce';
 import type { OfiComm } from './comm';
@@ -182,24 +182,46 @@ export class OfiEndpoint {
         const t = c.token;
         this.cqTime = c.time ?? 0;
         this.cqIo = c.io ?? 0;
-        if (isBounceToken(t)) this.onReceive(r, c);
-        else if (t === 0) {
-          if (c.flags & CqFlag.REMOTE_WRITE) this.onRemoteWrite(r, c);
-          else log.warn(`${this.name}: rail ${r}: a completion without a token (flags 0x${c.flags.toString(16)}, status ${c.status})`);
-        } else this.onOp(r, c);
+        try {
+          if (isBounceToken(t)) this.onReceive(r, c);
+          else if (t === 0) {
+            if (c.flags & CqFlag.REMOTE_WRITE) this.onRemoteWrite(r, c);
+            else log.warn(`${this.name}: rail ${r}: a completion without a token (flags 0x${c.flags.toString(16)}, status ${c.status})`);
+          } else this.onOp(r, c);
+        } catch (e) {
+          this.contain(r, c, e);
+        }
       }
     } finally {
       this.cqTime = 0;
       this.inBatch = false;
-      this.fences.start(); // one round of fences for the batch's receives
-      if (this.acking.size) {
-        const comms = [...this.acking];
-        this.acking.clear();
-        for (const c of comms) c.sendAcks(); // one write per comm for the batch's receives
+      try {
+        this.fences.start(); // one round of fences for the batch's receives
+        if (this.acking.size) {
+          const comms = [...this.acking];
+          this.acking.clear();
+          for (const c of comms) c.sendAcks(); // one write per comm for the batch's receives
+        }
+      } finally {
+        this.pool.refill(r);
       }
     }
-    this.pool.refill(r);
   };
+
+  /**
+   * A completion's handling threw (what a peer sent broke an assumption): the comm it names
+   * fails with the reason, and the rest of the batch goes on; where it names none, a WARN.
+   */
+  private contain(r: number, c: Completion, e: unknown): void {
+    const why = e instanceof Error ? e.message : String(e);
+    let comm: OfiComm | undefined;
+    if (c.flags & CqFlag.REMOTE_CQ_DATA) {
+      if (c.token === 0 || c.flags & CqFlag.REMOTE_WRITE) comm = this.comms[immComm(c.imm)];
+      else if (msgKind(c.imm) !== MsgKind.CONNECT) comm = this.comms[msgId(c.imm)];
+    }
+    if (comm) comm.fail(remoteError(`${comm.name}: protocol error: handling what the peer sent failed: ${why}`));
+    else log.warn(`${this.name}: rail ${r}: handling a completion failed: ${why}`);
+  }
 
   listen(): OfiListener {
     for (let k = 0; k < MAX_COMMS; k++) {
@@ -318,6 +340,10 @@ export class OfiEndpoint {
 
   /** The AV id of a peer endpoint name on NIC nic (inserted once). */
   peerId(nic: number, name: Uint8Array): number {
+    // The provider reads an address of its own length from the name: a shorter one would be
+    // read past its end (the same provider on both ends gives names of one length).
+    if (name.length !== this.rails[nic].name.length)
+      throw systemError(`${this.name}: a peer's address on NIC ${nic} is ${name.length} bytes; this provider's are ${this.rails[nic].name.length}`);
     const key = Buffer.from(name.buffer, name.byteOffset, name.length).toString('hex');
     let id = this.peers[nic].get(key);
     if (id === undefined) {
@@ -359,7 +385,13 @@ export class OfiEndpoint {
     this.pool.consume(id);
     if (c.status !== 0) {
       this.pool.release(id);
-      if (c.status !== -ECANCELED) log.warn(`${this.name}: rail ${r}: a posted receive failed: ${c.error || ''} (${statusName(c.status)})`);
+      if (c.status === -ECANCELED) return;
+      // A message that did not fit a bounce buffer (more than the capacity the peer was told):
+      // the comm it names lost it and would wait for it for good.
+      const comm = c.flags & CqFlag.REMOTE_CQ_DATA && msgKind(c.imm) === MsgKind.EAGER ? this.comms[msgId(c.imm)] : undefined;
+      const what = `a posted receive failed: ${c.error || ''} (${statusName(c.status)})`;
+      if (comm) comm.fail(remoteError(`${comm.name}: protocol error: an eager message was lost: ${what}`));
+      else log.warn(`${this.name}: rail ${r}: ${what}`);
       return;
     }
     if (c.flags & CqFlag.REMOTE_WRITE) {
@@ -386,17 +418,23 @@ export class OfiEndpoint {
       case MsgKind.CONNECT: {
         const l = this.listeners[to];
         const view = this.pool.bytes(id).subarray(this.pool.offset(id), this.pool.offset(id) + c.len);
-        if (l) l.onConnect(view);
-        else this.onLateConnect(to, view);
-        this.pool.release(id);
+        try {
+          if (l) l.onConnect(view);
+          else this.onLateConnect(to, view);
+        } finally {
+          this.pool.release(id);
+        }
         return;
       }
       case MsgKind.ACCEPT: {
         const comm = this.comms[to];
         const view = this.pool.bytes(id).subarray(this.pool.offset(id), this.pool.offset(id) + c.len);
-        if (comm && !comm.isRecv) (comm as OfiSendComm).onAccept(view);
-        else this.stats.staleMessages++;
-        this.pool.release(id);
+        try {
+          if (comm && !comm.isRecv) (comm as OfiSendComm).onAccept(view);
+          else this.stats.staleMessages++;
+        } finally {
+          this.pool.release(id);
+        }
         return;
       }
       case MsgKind.HEARTBEAT: {

@@ -145,7 +145,13 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const b = this.mem.bytes!;
     this.st32 = new Uint32Array(b.buffer, b.byteOffset, STAGING_BYTES / 4);
     this.stI32 = new Int32Array(b.buffer, b.byteOffset, STAGING_BYTES / 4);
-    this.setPeers(c.comm, c.rails, c.names);
+    try {
+      this.setPeers(c.comm, c.rails, c.names); // the provider may refuse the peer's addresses
+    } catch (e) {
+      ep.freeShared(this.mem);
+      ep.removeComm(this);
+      throw e;
+    }
     this.mailboxAddr = c.mailboxAddr;
     for (let l = 0; l < this.rails; l++) {
       const k = c.mailboxKeys[l % c.mailboxKeys.length];

@@ -189,7 +189,12 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       this.connectError = systemError(`${this.name}: connect: ${typeof a === 'string' ? a : 'an answer to another connect attempt'}`);
       return;
     }
-    this.setPeers(a.comm, a.rails, a.names);
+    try {
+      this.setPeers(a.comm, a.rails, a.names);
+    } catch (e) {
+      this.connectError = systemError(`${this.name}: connect: the answer's addresses: ${e instanceof Error ? e.message : String(e)}`);
+      return;
+    }
     this.eagerMax = eagerLimit(this.ep.config.eagerMax, a.eagerCapacity);
     // The listener saw our CONNECT_GPU_IPC and pid, and decides the same way.
     this.ipc = this.ep.config.gpuIpc && a.pid !== this.ep.pid;
@@ -293,8 +298,13 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     if (immSegs(imm) === SEGS_ACK && this.ipc) {
       // len: the high half of the immediate data (a 0-byte write): receives acknowledged with it.
       const r = unwrapBefore(this.matcher.known - 1, immSeq(imm), 10);
+      if (r < 0) return this.protocolError(`an acknowledgement of receive ${r}, before the first`);
       this.onAck(r);
-      for (let more = len >>> 0, j = 0; more !== 0; more >>>= 1, j++) if (more & 1) this.onAck(r - 1 - j);
+      for (let more = len >>> 0, j = 0; more !== 0; more >>>= 1, j++) {
+        if (!(more & 1)) continue;
+        if (r - 1 - j < 0) return this.protocolError(`an acknowledgement of receive ${r - 1 - j}, before the first`);
+        this.onAck(r - 1 - j);
+      }
       return;
     }
     if (immSegs(imm) !== SEGS_CTRL) return this.protocolError(`a data write (immediate 0x${imm.toString(16)}) reached a send comm`);
