@@ -186,7 +186,14 @@ export abstract class Endpoint implements LinkEvents {
         rx.release(this.keepFrom());
         return this.peerEnded(remoteError(`${this.name}: the ${this.peer} closed the connection`));
       }
-      if (f.type !== FrameType.HEARTBEAT) this.onFrame(f, at);
+      if (f.type !== FrameType.HEARTBEAT) {
+        try {
+          this.onFrame(f, at);
+        } catch (e) {
+          // A frame that broke an assumption: this comm fails, not the protocol thread's loop.
+          return this.fail(remoteError(`${this.name}: protocol error: handling frame type ${f.type} (message ${f.seq}) failed: ${e instanceof Error ? e.message : String(e)}`));
+        }
+      }
       if (this.failed) return;
     }
     rx.release(this.keepFrom());

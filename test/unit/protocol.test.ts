@@ -1248,6 +1248,18 @@ describe('the receiver against a hand-driven sender', () => {
     expect(warnings().slice(1)).toEqual([`${why}; every message it sent has been delivered; the comm has failed: this receive and every later one fail`]);
   });
 
+  it('a frame whose handling throws fails the comm (the exception used to leave the completion handler, the comm going on)', async () => {
+    const r = rawSender();
+    r.recv(0, { buf: r.mem.buf(10), tag: 0 });
+    (r.receiver as unknown as { matcher: { arrive: () => void } }).matcher.arrive = () => {
+      throw new RangeError('an assumption broke');
+    };
+    r.raw.frame(FrameType.MSG, 0, 0, 0, 0, 0, 0, NO_OP);
+    await r.settle();
+    expect(r.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
+    expect(warnings()).toEqual(['test-recv: protocol error: handling frame type 1 (message 0) failed: an assumption broke; failing 1 pending receive(s)']);
+  });
+
   it('65535 messages in flight that match nothing: the next one fails the comm (it used to throw out of the completion handler and be lost)', async () => {
     const r = rawSender();
     r.recv(0, { buf: r.mem.buf(10), tag: 0 });
