@@ -53,6 +53,21 @@ function half(t: string[]): Half | null {
   return { timeUs: num(time), algbw: num(algbw), busbw: num(busbw), wrong: wrong === 'N/A' ? null : num(wrong) };
 }
 
+/**
+ * The log's text without NCCL's log lines, wherever one starts ("host:pid:tid [dev] NCCL INFO
+ * ..." to the end of its line, a WARN's "\n[time] " before it): the hosts are those of the lines
+ * that start with one, so that a row's last token glued to a line ("-1vm:12:13 [0] NCCL ...")
+ * stays with the row.
+ */
+function withoutLogLines(text: string): string {
+  const hosts = new Set<string>();
+  for (const m of text.matchAll(/^(?:\[[^\]\n]*\] )?([^\s:[\]]+):\d+:\d+ \[\d+\] /gm)) hosts.add(m[1]);
+  if (!hosts.size) return text;
+  const names = [...hosts].map((h) => h.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|');
+  // NCCL writes a WARN as "\\n[time] host:pid:tid [dev] file:line NCCL WARN ...": its newline goes too.
+  return text.replace(new RegExp(`(?:\\n?\\[[^\\]\\n]*\\] )?(?:${names}):\\d+:\\d+ \\[\\d+\\] [^\\n]*(?:\\n|$)`, 'g'), '');
+}
+
 export function parseLog(text: string): Parsed {
   const rows: Row[] = [];
   let avgBusbw: number | null = null;
@@ -65,13 +80,16 @@ export function parseLog(text: string): Parsed {
   const transports = new Set<string>();
   const gdr = { send: { gdr: 0, plain: 0 }, recv: { gdr: 0, plain: 0 } };
   let failed = false;
-  for (const line of text.split('\n')) {
+  // A row whose collective logged meanwhile (NCCL's lazy connections, a plugin's line) is cut by
+  // those lines: the rows are read with every log line taken out, so its pieces join again.
+  for (const line of withoutLogLines(text).split('\n')) {
     const t = line.trim().split(/\s+/);
     if (/^\d+$/.test(t[0] ?? '') && /^\d+$/.test(t[1] ?? '') && t.length >= 9) {
       const oop = half(t.slice(5, 9));
       if (oop) rows.push({ size: Number(t[0]), count: Number(t[1]), type: t[2], redop: t[3], outOfPlace: oop, inPlace: half(t.slice(9, 13)) });
-      continue;
     }
+  }
+  for (const line of text.split('\n')) {
     const rank = /^#\s+Rank\s+(\d+)\s+Group\b/.exec(line);
     if (rank) rankIds.add(Number(rank[1]));
     const header = /^# (ranks|mode): (\S+)/.exec(line);

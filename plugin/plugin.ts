@@ -264,21 +264,23 @@ export class Plugin {
 
   /**
    * TSNET_SPIN_MAX_US, once per watchdog tick: the busy-poll windows follow how late this
-   * thread, and (thread 0) the I/O threads, woke when asked to (plugin/spin.ts).
+   * thread, and (thread 0) the I/O threads, woke when asked to (plugin/spin.ts). Each change
+   * is a TRACE line: at INFO they came in the middle of the job's own output (nccl-tests' rows
+   * were cut in two under NCCL_DEBUG=INFO).
    */
   adaptSpin(): void {
     if (this.spinSelf) {
       const s = this.spinSelf.next([this.host.wakes()]);
       if (s.why) {
         this.host.setSpin(s.us);
-        log.info(`busy-poll window of protocol thread ${this.host.thread}: ${s.us} us (${s.why})`);
+        log.trace(() => `busy-poll window of protocol thread ${this.host.thread}: ${s.us} us (${s.why})`);
       }
     }
     if (this.spinIo) {
       const s = this.spinIo.next(this.host.ioWakes());
       if (s.why) {
         this.host.ioSetSpin(s.us);
-        log.info(`busy-poll window of the I/O threads: ${s.us} us (${s.why})`);
+        log.trace(() => `busy-poll window of the I/O threads: ${s.us} us (${s.why})`);
       }
     }
   }

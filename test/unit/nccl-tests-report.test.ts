@@ -81,6 +81,28 @@ describe('parseLog', () => {
     expect(parseLog(log({ ranks: [0, 0] })).ranks).toBe(1);
   });
 
+  // Lines logged while a size ran (a plugin's INFO, NCCL's lazy connections, a WARN with its
+  // time) cut rows in two, glued to a row's last token (call 59's logs).
+  it('reads rows cut by log lines, glued or not, and still reads those lines', () => {
+    const log = [
+      'vm:1902:1902 [0] NCCL INFO NET/Plugin: Loaded net plugin tsnet (v12)',
+      '     2097152        524288     float     sum      -1  1200.00    1.75    1.75       0  1190.00    1.76    1.76       0',
+      '  1073741824     134217728     float    none      -1vm:1902:1921 [0] NCCL INFO NET/tsnet busy-poll window of protocol thread 0: 512 us (22 wake-up(s), p90 < 128 us)',
+      'vm:1903:1922 [0] NCCL INFO NET/tsnet busy-poll window of the I/O threads: 256 us (371 wake-up(s), p90 < 64 us)',
+      '',
+      '[2026-11-27 13:09:18] vm:1714:1786 [0] misc/socket.cc:964 NCCL WARN Call to shutdown failed: Transport endpoint is not connected',
+      '  63242.0   16.98    8.49       0vm:1902:1921 [0] NCCL INFO NET/tsnet busy-poll window of the I/O threads: 512 us (87 wake-up(s), p90 < 128 us)',
+      '  69104.0   15.54    7.77    N/A',
+      '# Avg bus bandwidth    : 3.0396 ',
+    ].join('\n');
+    const p = parseLog(log);
+    expect(p.rows.map((r) => [r.size, r.outOfPlace.busbw, r.outOfPlace.wrong, r.inPlace?.busbw])).toEqual([
+      [2097152, 1.75, 0, 1.76],
+      [1073741824, 8.49, 0, 7.77],
+    ]);
+    expect(p.avgBusbw).toBe(3.0396);
+  });
+
   it('reads a log of docs/results/h200x2-engine: 2 ranks, 10 rows, no GDRDMA, no run.sh header', () => {
     const file = path.join(__dirname, '../../docs/results/h200x2-engine/logs/all_reduce_perf.mpi.tsnet.log');
     const p = parseLog(fs.readFileSync(file, 'utf8'));
