@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../native/binding.h"
+#include "../native/engine/engine.h"
 #include "../native/guest.h"
 
 namespace tsn {
@@ -207,6 +208,7 @@ void protocolMain(int index) {
       int i = bindingThreadIndex();
       log(kLogWarn, "the plugin called process.exit(%d) on protocol thread %d; it stops", code, i);
       setState(i, State::kStopped, "the plugin exited");
+      engineClosePort(i);
       Stop(e);
     });
     AddLinkedBinding(env, "tsnet", bindingInit, 8);
@@ -230,6 +232,7 @@ void protocolMain(int index) {
     SpinEventLoop(env).FromMaybe(1);
   }
   setState(index, State::kStopped, "the plugin's event loop ended");
+  engineClosePort(index);
   // The environment and the platform are deliberately leaked: see the note at the top.
   setup.release();
 }

@@ -11,6 +11,11 @@ constexpr int kMaxPorts = 16;  // protocol threads, each with its own rings to e
 // True when I/O threads left completions for this protocol thread (any thread may ask).
 bool enginePortHasWork(int port);
 
+// Protocol thread `port` has stopped for good (the plugin called process.exit(), its loop
+// ended): every lane it still has is closed hard, as ioClose would, so that no byte lands in
+// memory NCCL takes back once its own closes (which fail) return. Runs on that thread.
+void engineClosePort(int port);
+
 // Adds the io* functions (ioStart, ioPort, ioAdopt, ioWake, ioClose, ioCancel, ioStats, ioWakes) to
 // the binding's exports of the calling protocol thread.
 void engineRegister(napi_env env, napi_value exports);

@@ -456,6 +456,25 @@ Napi::Value IoWakes(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+void engineClosePort(int port) {
+  if (!E) return;
+  // Lanes are freed only after their own thread's ioClose (closedHere), so those found here,
+  // not closed by this thread, stay valid while it closes them.
+  std::vector<Lane*> mine;
+  {
+    std::lock_guard<std::mutex> g(E->laneMu);
+    for (uint32_t id = 1; id < E->nextId; id++)
+      if (Lane* l = laneOf(id); l && l->port == port && !closedHere().count(id)) mine.push_back(l);
+  }
+  for (Lane* l : mine) {
+    closedHere().insert(l->id);
+    bool partial = false, hard = true;
+    cancelLane(l, false, &partial, &hard);
+    postAdmin(l->t, new Admin{nullptr, Admin::kRetire, l});
+  }
+  if (!mine.empty()) log(kLogInfo, "io: protocol thread %d has stopped: its %zu lane(s) are closed", port, mine.size());
+}
+
 bool enginePortHasWork(int port) {
   if (!E) return false;
   Port* p = E->ports[port].load(std::memory_order_acquire);

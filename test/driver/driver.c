@@ -2601,6 +2601,9 @@ static void sc_stopped(int version) {
   int tag = 1;
   tsn_result_t r = shim_irecv(&n, rc, 1, &d, &room, &tag, &rmh, &rreq);
   if (!check(r == TSN_SUCCESS && rreq, "a receive posted before the stop (rc %d)", r)) goto out;
+  int fds = count_fds();
+  char region[256] = "";
+  shim_shm_regions((int)getpid(), 0, first_region, region);
   FILE* f = fopen(file, "w");
   if (!check(f != NULL, "create %s", file)) goto out;
   fclose(f);
@@ -2609,6 +2612,21 @@ static void sc_stopped(int version) {
   double end = now_s() + g_timeout;
   while ((r = shim_devices(&n, &ndev)) == TSN_SUCCESS && now_s() < end) usleep(5000);
   if (!check(r != TSN_SUCCESS, "devices() fails once the plugin's thread has stopped (rc %d)", r)) goto out;
+  // Its lanes are closed with it: nothing may land in buffers NCCL takes back after its closes.
+  if (is_ofi()) {
+    char left[256];
+    double until = now_s() + 2;  // the I/O thread closes an endpoint whose lock it held a moment later
+    do {
+      left[0] = 0;
+      shim_shm_regions((int)getpid(), 0, first_region, left);
+      if (!left[0]) break;
+      usleep(10000);
+    } while (now_s() < until);
+    if (region[0]) check(!left[0], "the stopped thread's libfabric shm region %s is gone%s%s", region, left[0] ? "; left: " : "", left);
+  } else if (!is_loopback()) {
+    int now = count_fds();
+    check(now < fds, "the stopped thread's sockets are closed (%d descriptors before, %d after)", fds, now);
+  }
   double t0 = now_s();
   void* req = NULL;
   r = shim_isend(&n, sc, sbuf, 8, 1, smh, &req);
