@@ -303,6 +303,8 @@ bool startThread(int i, std::string* why) {
 
 }  // namespace
 
+void onProcessExit();  // below: what an exit does to tsnet's threads
+
 tsn_result_t hostStart() {
   Host& h = host();
   if (forkedChild(h, "init")) return TSN_INTERNAL_ERROR;
@@ -343,7 +345,13 @@ tsn_result_t hostStart() {
     log(kLogWarn, "the plugin thread has not started after %d s: it is stuck inside Node's start", kStartTimeoutSec);
     return TSN_SYSTEM_ERROR;
   }
-  if (t0.state == State::kRunning) return TSN_SUCCESS;
+  if (t0.state == State::kRunning) {
+    // Registered now, after the plugin's load initialised OpenSSL (plugin/index.ts): exit
+    // handlers run newest first, so this one runs before OpenSSL's cleanup.
+    static std::once_flag atexitOnce;
+    std::call_once(atexitOnce, [] { atexit(onProcessExit); });
+    return TSN_SUCCESS;
+  }
   log(kLogWarn, "%s", t0.why.c_str());
   return TSN_INTERNAL_ERROR;
 }
@@ -385,6 +393,41 @@ tsn_result_t hostStartMore(int n, std::string* why) {
     }
   h.started.store(n);
   return TSN_SUCCESS;
+}
+
+// The process is exiting (exit() from any thread, or main returning): the handler below runs
+// before the exit handlers registered earlier, OpenSSL's and libnode's static destructors among
+// them. Until it returns, protocol threads running JavaScript (a connect's randomBytes, a
+// process.env read) would meet those libraries' state being torn down under them (a fault, or
+// malloc's corruption check, about one exit in two under a connect loop). So it asks every
+// protocol thread and every I/O thread to stop where it stands between two turns, and waits
+// for them, at most kParkMs: one inside a provider call that does not return is left running.
+std::atomic<bool> g_exiting{false};
+std::atomic<int> g_parked{0};
+constexpr int kParkMs = 300;
+
+void onProcessExit() {
+  Host& h = host();
+  if (g_forked.load(std::memory_order_relaxed) || h.pid.load() != getpid()) return;  // a child: no threads of ours
+  g_exiting.store(true, std::memory_order_seq_cst);
+  int want = 0;
+  for (int i = 0; i < kMaxProtocolThreads; i++) {
+    Thread& t = h.threads[i];
+    if (t.state != State::kRunning || !t.wake) continue;  // read without the lock: a thread holding it may be gone
+    want++;
+    t.wake(i);
+  }
+  int io = engineParkIo();
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kParkMs);
+  while ((g_parked.load() < want || !engineIoParked(io)) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+bool hostExiting() { return g_exiting.load(std::memory_order_relaxed); }
+
+void hostPark() {
+  g_parked.fetch_add(1);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // until the process is gone
 }
 
 bool hostDown(int thread, const char* call) {

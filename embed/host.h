@@ -28,6 +28,11 @@ bool hostDown(int thread, const char* call);
 // Queues a posted request for protocol thread `thread` and wakes it. Lock-free.
 void hostPost(int thread, Request* r);
 
+// The process is exiting: a protocol thread calls hostPark() at its next chance, between turns.
+bool hostExiting();
+// Parks the calling thread for good (the process is exiting), after counting it as parked.
+[[noreturn]] void hostPark();
+
 // Protocol threads running (1 until the plugin starts more).
 int hostThreads();
 

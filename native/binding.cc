@@ -40,6 +40,8 @@ struct Plugin {
   // Busy-poll window: after activity the loop polls without sleeping for spinNs, so a reply
   // or the next post is seen without an epoll wake-up; then it sleeps again.
   uv_idle_t spin;
+  uv_prepare_t beforePoll;  // park points when the process exits (hostPark)
+  uv_check_t afterPoll;
   std::atomic<bool> spinning{false};
   uint64_t spinNs = 0;
   uint64_t lastActivity = 0;
@@ -135,6 +137,7 @@ void pump();
 // Each visit polls in a tight loop for a while (every turn of libuv's loop costs an epoll_wait),
 // then lets the loop run its timers and sockets.
 void onSpin(uv_idle_t*) {
+  if (hostExiting()) hostPark();
   constexpr uint64_t kVisitNs = 20'000;
   uint64_t until = uv_hrtime() + kVisitNs;
   do {
@@ -148,6 +151,7 @@ void onSpin(uv_idle_t*) {
 }
 
 void pump() {
+  if (hostExiting()) hostPark();
   markActivity();
   uint64_t t0 = uv_hrtime();
   Napi::Env env(P->env);
@@ -187,6 +191,14 @@ Napi::Value Start(const Napi::CallbackInfo& info) {
     return env.Undefined();
   }
   uv_idle_init(loop, &P->spin);
+  // Between two of the loop's turns (after its timers, after its poll): a thread asked to stop
+  // because the process exits stops there (hostPark), never inside JavaScript.
+  uv_prepare_init(loop, &P->beforePoll);
+  uv_prepare_start(&P->beforePoll, [](uv_prepare_t*) { if (hostExiting()) hostPark(); });
+  uv_unref(reinterpret_cast<uv_handle_t*>(&P->beforePoll));
+  uv_check_init(loop, &P->afterPoll);
+  uv_check_start(&P->afterPoll, [](uv_check_t*) { if (hostExiting()) hostPark(); });
+  uv_unref(reinterpret_cast<uv_handle_t*>(&P->afterPoll));
   g_plugins[P->index] = P;
   hostReady(P->index, pluginWake);
   Napi::Object out = Napi::Object::New(env);

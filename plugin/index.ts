@@ -9,8 +9,13 @@ import { Plugin } from './plugin';
 import { makeTransport } from './transports';
 import { setAscendingCopy } from './arrays';
 import { setClock } from './clock';
+import { randomBytes } from 'node:crypto';
 
 const binding = (process as unknown as { _linkedBinding(name: string): Binding })._linkedBinding('tsnet');
+// OpenSSL initialises itself at its first use and registers its exit-time cleanup then. Used
+// once here, at load, it does so before embed/host.cc registers the handler that stops tsnet's
+// threads when the process exits; exit handlers run newest first, so that one runs first.
+randomBytes(1);
 setClock(() => binding.monoMs());
 setAscendingCopy(binding.copyAscending);
 

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cstring>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <system_error>
@@ -638,6 +639,9 @@ int waitShort(int ep, epoll_event* evs, int max, uint64_t ns) {
   return epoll_wait(ep, evs, max, 1);
 }
 
+std::atomic<bool> g_ioPark{false};
+std::atomic<int> g_ioParked{0};
+
 void threadMain(IoThread* t) {
   blockHostSignals();  // a guest: the host's signals go to its own threads (native/guest.h)
   char name[16];
@@ -651,6 +655,10 @@ void threadMain(IoThread* t) {
   uint64_t lastWork = 0;
   int32_t* sleeping = &E->sleeping[t->index];
   for (;;) {
+    if (g_ioPark.load(std::memory_order_relaxed)) {
+      g_ioParked.fetch_add(1);
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // the process is exiting
+    }
     t->passes.fetch_add(1, std::memory_order_relaxed);
     bool work = drainAdmin(t);
     work = drainSubs(t) || work;
@@ -1061,5 +1069,14 @@ void cancelRange(Lane* l, size_t base, size_t len, int* reads, int* writes) {
   for (Op* op = l->head[kW]; op; op = op->next)
     if (op->ext && op->left && overlaps(op)) (*writes)++;
 }
+
+int engineParkIo() {
+  if (!E) return 0;
+  g_ioPark.store(true, std::memory_order_seq_cst);
+  for (IoThread* t : E->threads) wakeThread(t);
+  return static_cast<int>(E->threads.size());
+}
+
+bool engineIoParked(int n) { return g_ioParked.load() >= n; }
 
 }  // namespace tsn

@@ -16,6 +16,11 @@ bool enginePortHasWork(int port);
 // memory NCCL takes back once its own closes (which fail) return. Runs on that thread.
 void engineClosePort(int port);
 
+// The process is exiting: every I/O thread stops at the top of its next pass, for good.
+// engineParkIo asks them (returns how many there are); engineIoParked(n) says whether n have.
+int engineParkIo();
+bool engineIoParked(int n);
+
 // Adds the io* functions (ioStart, ioPort, ioAdopt, ioWake, ioClose, ioCancel, ioStats, ioWakes) to
 // the binding's exports of the calling protocol thread.
 void engineRegister(napi_env env, napi_value exports);

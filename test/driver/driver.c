@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -2649,6 +2650,74 @@ out:
   shim_close(&n);
 }
 
+// ---------------------------------------------------------------- exitbusy
+
+// A process that exits while the plugin is busy with control work: a thread of the
+// application connects and closes pairs in a loop, and main calls exit() after a while. exit()
+// runs the exit handlers (OpenSSL's cleanup, libnode's static destructors) while tsnet's
+// threads may still be inside JavaScript; before tsnet stopped its threads first (embed/host.cc),
+// about one exit in seven faulted over TCP. Each attempt is a child process of its own that
+// must end with status 0 and no signal, within the time limit.
+static Net g_eb_net;
+static void* g_eb_ctx;
+
+static void* eb_loop(void* arg) {
+  (void)arg;
+  for (;;) {
+    void *lc, *sc, *rc;
+    uint8_t handle[TSN_HANDLE_SIZE];
+    lc = sc = rc = NULL;
+    if (shim_listen(&g_eb_net, g_eb_ctx, g_dev, handle, &lc) != TSN_SUCCESS) continue;
+    for (int k = 0; k < 100000 && (!sc || !rc); k++) {
+      if (!sc) shim_connect(&g_eb_net, g_eb_ctx, g_dev, handle, &sc);
+      if (!rc) shim_accept(&g_eb_net, lc, &rc);
+    }
+    if (sc) shim_close_send(&g_eb_net, sc);
+    if (rc) shim_close_recv(&g_eb_net, rc);
+    shim_close_listen(&g_eb_net, lc);
+  }
+  return NULL;
+}
+
+static void sc_exitbusy(int version) {
+  set_prefix(version, "exitbusy", NULL);
+  enum { ATTEMPTS = 12 };
+  int clean = 0;
+  for (int i = 0; i < ATTEMPTS; i++) {
+    int delay_ms = 20 + (i * 53) % 300;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      char err[256];
+      if (shim_open(&g_eb_net, g_lib, version, err, sizeof err) != 0) _exit(3);
+      if (shim_init(&g_eb_net, &g_eb_ctx, COMM_ID, logger) != TSN_SUCCESS) _exit(4);
+      pthread_t t;
+      if (pthread_create(&t, NULL, eb_loop, NULL) != 0) _exit(5);
+      usleep((useconds_t)delay_ms * 1000);
+      exit(0);  // with the loop running: every exit handler runs
+    }
+    if (!check(pid > 0, "fork (%s)", pid < 0 ? strerror(errno) : "a child")) return;
+    int status = 0;
+    pid_t got = 0;
+    double end = now_s() + g_timeout;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < end) usleep(5000);
+    if (got == 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      check(0, "attempt %d (exit after %d ms): the process did not end within %.0f s", i, delay_ms, g_timeout);
+    } else if (WIFSIGNALED(status)) {
+      check(0, "attempt %d (exit after %d ms): the process died of signal %d during exit", i, delay_ms, WTERMSIG(status));
+    } else if (WEXITSTATUS(status) != 0) {
+      check(0, "attempt %d (exit after %d ms): the process exited with %d", i, delay_ms, WEXITSTATUS(status));
+    } else {
+      clean++;
+    }
+    shim_shm_regions((int)pid, 1, NULL, NULL);  // what its endpoints left (it exits without finalize)
+  }
+  check(clean == ATTEMPTS, "%d of %d processes that exited with a connect loop running ended cleanly", clean, ATTEMPTS);
+}
+
 // ---------------------------------------------------------------- killpeer
 
 // A stream of 64 MiB messages, KP_DEPTH in flight each way, between a receiver process and a
@@ -3184,6 +3253,7 @@ static const Scenario SCENARIOS[] = {
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
     {"fork", sc_fork, ONE_PROC, 1, "a child forked with comms open: its calls fail at once, it exits, the parent goes on"},
+    {"exitbusy", sc_exitbusy, OWN_PROCS, 0, "processes exit() while a thread connects and closes pairs: no fault (not in all)"},
     {"stopped", sc_stopped, ONE_PROC, 0, "the plugin's thread stops with comms open: later calls fail at once (not in all: needs TSNET_TEST_EXIT_FILE)"},
     {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
     {"stranger", sc_stranger, OWN_PROCS, 1, "raw TCP clients on a listener's port, then a real connection (TCP)"},
@@ -3228,7 +3298,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork stopped killpeer stranger bulk gpu\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork stopped exitbusy killpeer stranger bulk gpu\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"
