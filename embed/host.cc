@@ -406,6 +406,14 @@ std::atomic<bool> g_exiting{false};
 std::atomic<int> g_parked{0};
 constexpr int kParkMs = 300;
 
+// A call once the process exits (from an exit handler that runs after tsnet's, a library's
+// static destructor): its threads are parked, so it fails at once instead of waiting for good.
+bool refusedAtExit(const char* call) {
+  if (!g_exiting.load(std::memory_order_relaxed)) return false;
+  log(kLogInfo, "%s: the process is exiting and tsnet's threads have stopped; refused", call);
+  return true;
+}
+
 void onProcessExit() {
   Host& h = host();
   if (g_forked.load(std::memory_order_relaxed) || h.pid.load() != getpid()) return;  // a child: no threads of ours
@@ -433,6 +441,7 @@ void hostPark() {
 bool hostDown(int thread, const char* call) {
   Host& h = host();
   if (g_forked.load(std::memory_order_relaxed) && forkedChild(h, call)) return true;
+  if (refusedAtExit(call)) return true;
   if (thread < 0 || !h.threads[thread].down.load(std::memory_order_relaxed)) return false;
   log(kLogWarn, "%s: protocol thread %d has stopped (an earlier WARN says why); its requests cannot complete", call, thread);
   return true;
@@ -443,6 +452,7 @@ int hostThreads() { return std::max(1, host().started.load()); }
 tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const char* call) {
   Host& h = host();
   if (forkedChild(h, call)) return TSN_INTERNAL_ERROR;
+  if (refusedAtExit(call)) return TSN_INTERNAL_ERROR;  // an exit handler's call: no thread would run it
   ControlCall ctl{&fn, TSN_SUCCESS, false};
   std::unique_lock<std::mutex> lk(h.mu);
   Thread& t = h.threads[thread];
