@@ -10,7 +10,9 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "../embed/host.h"
 #include "binding.h"
@@ -53,13 +55,28 @@ static Ctx* ctxOf(void* ctx) {
   return handleOf<Ctx>(ctx, kMagicCtx);
 }
 
+// The comms and listeners not yet closed, so that finalize can retire those of its context.
+static std::mutex& liveMu() {
+  static std::mutex* mu = new std::mutex();
+  return *mu;
+}
+static std::set<Comm*>& liveComms() {
+  static std::set<Comm*>* s = new std::set<Comm*>();
+  return *s;
+}
+static std::set<ListenComm*>& liveListens() {
+  static std::set<ListenComm*>* s = new std::set<ListenComm*>();
+  return *s;
+}
+
 // Runs on the comm's protocol thread (inside hostCall): the plugin learns where the comm's
 // slot states live. A failure leaves no comm behind.
-static Comm* newComm(uint32_t magic, uint32_t jsId, int thread) {
+static Comm* newComm(uint32_t magic, uint32_t jsId, int thread, Ctx* ctx) {
   Comm* c = new Comm();
   c->magic = magic;
   c->jsId = jsId;
   c->thread = thread;
+  c->ctx = ctx;
   for (int i = 0; i < kSlotsPerComm; i++) {
     c->slots[i].magic = kMagicRequest;
     c->slots[i].comm = c;
@@ -70,28 +87,40 @@ static Comm* newComm(uint32_t magic, uint32_t jsId, int thread) {
     delete c;
     return nullptr;
   }
+  std::lock_guard<std::mutex> g(liveMu());
+  liveComms().insert(c);
   return c;
 }
 
-// A closed comm's memory stays readable for a while, its magic dead: NCCL may still test a
-// request of it (after an abort) and must get an error, not a crash. The oldest goes after
-// kQuarantine closes, so repeated open/close cycles hold bounded memory.
-static void retireComm(Comm* c) {
-  constexpr size_t kQuarantine = 64;
+// A handle NCCL gave back (a closed comm, a finalized context, a deregistered region, a closed
+// listener) keeps its memory for a while, its magic dead: a stale call (a request of it tested
+// after an abort, a second close) gets an error, and no later handle takes its address and is
+// acted on in its place. The oldest goes after kQuarantine more of its kind, so repeated
+// cycles hold bounded memory.
+template <typename T, size_t kQuarantine>
+static void quarantine(T* p) {
   static std::mutex* mu = new std::mutex();
-  static std::deque<Comm*>* dead = new std::deque<Comm*>();
-  c->magic = kMagicDead;
-  for (Request& r : c->slots) r.magic = kMagicDead;
-  Comm* old = nullptr;
+  static std::deque<T*>* dead = new std::deque<T*>();
+  p->magic = kMagicDead;
+  T* old = nullptr;
   {
     std::lock_guard<std::mutex> g(*mu);
-    dead->push_back(c);
+    dead->push_back(p);
     if (dead->size() > kQuarantine) {
       old = dead->front();
       dead->pop_front();
     }
   }
   delete old;
+}
+
+static void retireComm(Comm* c) {
+  {
+    std::lock_guard<std::mutex> g(liveMu());
+    liveComms().erase(c);
+  }
+  for (Request& r : c->slots) r.magic = kMagicDead;
+  quarantine<Comm, 64>(c);  // about 40 KiB each
 }
 
 // The protocol thread for a new listener: round robin over the running ones.
@@ -202,7 +231,12 @@ tsn_result_t tsn_listen(void* ctx, int dev, void* handle, void** listenComm) {
   return hostCall(thread, [&] {
     uint32_t id = 0;
     tsn_result_t rc = jsListen(c->jsId, dev, handle, &id);
-    if (rc == TSN_SUCCESS) *listenComm = new ListenComm{kMagicListen, id, thread};
+    if (rc == TSN_SUCCESS) {
+      auto* l = new ListenComm{kMagicListen, id, thread, c};
+      std::lock_guard<std::mutex> g(liveMu());
+      liveListens().insert(l);
+      *listenComm = l;
+    }
     return rc;
   }, "listen");
 }
@@ -226,7 +260,7 @@ tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, vo
   tsn_result_t rc = hostCall(thread, [&] {
     uint32_t id = 0;
     tsn_result_t r = jsConnect(c->jsId, dev, trafficClass, handle, &id);
-    if (r == TSN_SUCCESS && id && !(*sendComm = newComm(kMagicSend, id, thread))) r = TSN_INTERNAL_ERROR;
+    if (r == TSN_SUCCESS && id && !(*sendComm = newComm(kMagicSend, id, thread, c))) r = TSN_INTERNAL_ERROR;
     return r;
   }, "connect");
   if (rc != TSN_SUCCESS || *sendComm) {
@@ -245,7 +279,7 @@ tsn_result_t tsn_accept(void* listenComm, void** recvComm, tsn_dev_handle_t** re
   return hostCall(l->thread, [&] {
     uint32_t id = 0;
     tsn_result_t rc = jsAccept(l->jsId, &id);
-    if (rc == TSN_SUCCESS && id && !(*recvComm = newComm(kMagicRecv, id, l->thread))) rc = TSN_INTERNAL_ERROR;
+    if (rc == TSN_SUCCESS && id && !(*recvComm = newComm(kMagicRecv, id, l->thread, l->ctx))) rc = TSN_INTERNAL_ERROR;
     return rc;
   }, "accept");
 }
@@ -294,8 +328,7 @@ tsn_result_t tsn_dereg_mr(void* comm, void* mhandle) {
   if (!mr) FAIL(TSN_INVALID_ARGUMENT, "deregMr: %p is not a memory handle from regMr", mhandle);
   if (mr->comm != c) FAIL(TSN_INVALID_ARGUMENT, "deregMr: memory handle %p belongs to another comm", mhandle);
   tsn_result_t rc = hostCall(c->thread, [&] { return jsDeregMr(c, mr); }, "deregMr");
-  mr->magic = kMagicDead;
-  delete mr;
+  quarantine<Mr, 4096>(mr);  // 48 bytes each
   return rc;
 }
 
@@ -403,8 +436,11 @@ tsn_result_t tsn_close_listen(void* listenComm) {
   ListenComm* l = handleOf<ListenComm>(listenComm, kMagicListen);
   if (!l) FAIL(TSN_INVALID_ARGUMENT, "closeListen: %p is not a listen comm", listenComm);
   tsn_result_t rc = hostCall(l->thread, [&] { return jsCloseListen(l->jsId); }, "closeListen");
-  l->magic = kMagicDead;
-  delete l;
+  {
+    std::lock_guard<std::mutex> g(liveMu());
+    liveListens().erase(l);
+  }
+  quarantine<ListenComm, 1024>(l);
   return rc;
 }
 
@@ -417,8 +453,25 @@ tsn_result_t tsn_finalize(void* ctx) {
     tsn_result_t r = hostCall(t, [&] { return jsFinalize(c->jsId); }, "finalize");
     if (rc == TSN_SUCCESS) rc = r;
   }
-  c->magic = kMagicDead;
-  delete c;
+  // The plugin closed the context's comms and listeners: their handles die too, so that a
+  // later call on one (or a test() of its request) fails with a WARN instead of a request that
+  // never completes.
+  std::vector<Comm*> comms;
+  std::vector<ListenComm*> listens;
+  {
+    std::lock_guard<std::mutex> g(liveMu());
+    for (Comm* x : liveComms())
+      if (x->ctx == c) comms.push_back(x);
+    for (ListenComm* x : liveListens())
+      if (x->ctx == c) listens.push_back(x);
+    for (ListenComm* x : listens) liveListens().erase(x);
+  }
+  if (!comms.empty() || !listens.empty())
+    log(kLogInfo, "finalize: %zu comm(s) and %zu listener(s) of the context were still open; their handles are closed", comms.size(),
+        listens.size());
+  for (Comm* x : comms) retireComm(x);
+  for (ListenComm* x : listens) quarantine<ListenComm, 1024>(x);
+  quarantine<Ctx, 1024>(c);
   return rc;
 }
 

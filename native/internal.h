@@ -37,6 +37,7 @@ struct ListenComm {
   uint32_t magic;  // kMagicListen
   uint32_t jsId;   // the plugin's listener id
   int thread;      // the protocol thread that runs it (and the comms it accepts)
+  Ctx* ctx;        // the context it was made in (finalize retires it)
 };
 
 struct Mr {
@@ -75,6 +76,7 @@ struct Comm {
   uint32_t jsId;    // the plugin's comm id
   uint32_t cursor;  // where the next free-slot search starts
   int thread;       // the protocol thread that runs it
+  Ctx* ctx;         // the context it was made in (finalize retires it)
   alignas(64) tsn_slot_status_t status[kSlotsPerComm];  // shared with that thread
   Request slots[kSlotsPerComm];
 };

@@ -415,6 +415,8 @@ export class Receiver extends Endpoint {
       this.active--;
       this.complete(r.slot, ResultCode.INVALID_USAGE, r.got, r.n);
     }
+    // A WARN: each fails with ncclInvalidUsage, which NCCL reports without a word.
+    if (n) log.warn(`${this.name}: the memory of ${n} receive(s) in flight was deregistered; failing them`);
     return n;
   }
 

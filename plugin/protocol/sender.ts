@@ -147,7 +147,8 @@ export class Sender extends Endpoint {
     if (n === 0) return 0;
     // Bytes already promised to the receiver cannot be taken back: the link ends (the peer's
     // receives fail), and every send in flight with it.
-    log.info(`${this.name}: memory of ${n} send(s) in flight was deregistered; closing the link`);
+    // A WARN: each of those sends fails with ncclInvalidUsage, which NCCL reports without a word.
+    log.warn(`${this.name}: the memory of ${n} send(s) in flight was deregistered; failing ${this.active} pending send(s) and closing the link`);
     const err = invalidUsage(`${this.name}: the send's memory was deregistered while in flight`);
     const all = this.active;
     this.failed = err;

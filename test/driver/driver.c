@@ -2650,6 +2650,90 @@ out:
   shim_close(&n);
 }
 
+// ---------------------------------------------------------------- stale
+
+// Handles NCCL gave back, used again: each call must fail with a WARN, never act on a handle
+// made since at the same address, never wait for a request that cannot complete.
+static void sc_stale(int version) {
+  set_prefix(version, "stale", NULL);
+  Net n;
+  if (open_net(&n, version)) return;
+  void* ctx = NULL;
+  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  enum { SIZE = 4096 };
+  uint8_t* buf = malloc(2 * SIZE);
+  void *lc, *sc, *rc;
+  tsn_result_t r;
+  // 1. A deregistered region, then a new one: the old handle is refused, the new one works.
+  if (pair_open(&n, ctx, &lc, &sc, &rc) == 0) {
+    void *m1 = NULL, *m2 = NULL, *rm = NULL;
+    r = shim_reg_mr(&n, sc, buf, SIZE, TSN_PTR_HOST, &m1);
+    tsn_result_t d = m1 ? shim_dereg_mr(&n, sc, m1) : -1;
+    tsn_result_t r2 = shim_reg_mr(&n, sc, buf, SIZE, TSN_PTR_HOST, &m2);
+    check(r == 0 && d == 0 && r2 == 0, "regMr, deregMr, regMr again (rc %d, %d, %d)", r, d, r2);
+    r = shim_dereg_mr(&n, sc, m1);
+    check(r != TSN_SUCCESS, "deregMr of the first region again fails (rc %d)", r);
+    shim_reg_mr(&n, rc, buf + SIZE, SIZE, TSN_PTR_HOST, &rm);
+    void* d2 = buf + SIZE;
+    size_t room = SIZE;
+    int tag = 1;
+    void *rreq = NULL, *sreq = NULL;
+    shim_irecv(&n, rc, 1, &d2, &room, &tag, &rm, &rreq);
+    for (double end = now_s() + g_timeout; !sreq && now_s() < end;) shim_isend(&n, sc, buf, 64, 1, m2, &sreq);
+    int ss = -1, rs = -1;
+    tsn_result_t a = sreq ? wait_req(&n, sreq, &ss, g_timeout) : -1, b = rreq ? wait_req(&n, rreq, &rs, g_timeout) : -1;
+    check(a == 0 && b == 0 && rs == 64, "the second region still carries a message (rc %d, %d, %d bytes)", a, b, rs);
+    if (m2) shim_dereg_mr(&n, sc, m2);
+    if (rm) shim_dereg_mr(&n, rc, rm);
+    pair_close(&n, lc, sc, rc, 1);
+    r = shim_close_listen(&n, lc);
+    check(r != TSN_SUCCESS, "closeListen of the same listener again fails (rc %d)", r);
+  }
+  if (!shim_has_ctx(version)) {
+    note("skip: contexts and finalize exist from v11");
+    free(buf);
+    shim_close(&n);
+    return;
+  }
+  // 2. finalize with a pair still open and a receive in flight: its handles die with it.
+  void* c1 = NULL;
+  if (shim_init(&n, &c1, COMM_ID + 3, logger) == TSN_SUCCESS && pair_open(&n, c1, &lc, &sc, &rc) == 0) {
+    void* rm = NULL;
+    shim_reg_mr(&n, rc, buf, SIZE, TSN_PTR_HOST, &rm);
+    void* d = buf;
+    size_t room = SIZE;
+    int tag = 2;
+    void* rreq = NULL;
+    r = shim_irecv(&n, rc, 1, &d, &room, &tag, &rm, &rreq);
+    check(r == TSN_SUCCESS && rreq, "a receive in flight (rc %d)", r);
+    r = shim_finalize(&n, c1);
+    check(r == TSN_SUCCESS, "finalize with a pair still open (rc %d)", r);
+    double t0 = now_s();
+    int done = 0, size = -1;
+    r = rreq ? shim_test(&n, rreq, &done, &size) : -1;
+    check(r != TSN_SUCCESS, "test() of the receive posted before finalize fails (rc %d, done %d)", r, done);
+    void* req = NULL;
+    r = shim_isend(&n, sc, buf, 8, 2, NULL, &req);
+    check(r != TSN_SUCCESS && !req, "isend on the finalized context's comm fails (rc %d)", r);
+    tsn_result_t x = shim_close_send(&n, sc), y = shim_close_recv(&n, rc), z = shim_close_listen(&n, lc);
+    check(x != 0 && y != 0 && z != 0, "its closes fail (rc %d, %d, %d)", x, y, z);
+    check(now_s() - t0 < 2.0, "each returned at once (%.3f s)", now_s() - t0);
+  }
+  // 3. A finalized context, then a new one: finalize of the old one is refused, the new one works.
+  void* c2 = NULL;
+  r = shim_init(&n, &c2, COMM_ID + 4, logger);
+  tsn_result_t again = shim_finalize(&n, c1);
+  check(r == TSN_SUCCESS && again != TSN_SUCCESS, "finalize of a finalized context fails (rc %d), after a new init (rc %d)", again, r);
+  if (c2 && pair_open(&n, c2, &lc, &sc, &rc) == 0) {
+    pair_close(&n, lc, sc, rc, 1);
+    check(1, "the new context still connects");
+  }
+  if (c2) check(shim_finalize(&n, c2) == TSN_SUCCESS, "finalize of the new context");
+  free(buf);
+  fini_ctx(&n, ctx);
+  shim_close(&n);
+}
+
 // ---------------------------------------------------------------- exitbusy
 
 // A process that exits while the plugin is busy with control work: a thread of the
@@ -3264,6 +3348,7 @@ static const Scenario SCENARIOS[] = {
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
     {"fork", sc_fork, ONE_PROC, 1, "a child forked with comms open: its calls fail at once, it exits, the parent goes on"},
+    {"stale", sc_stale, ONE_PROC, 1, "handles given back, used again: refused with a WARN, never acting on a newer handle"},
     {"exitbusy", sc_exitbusy, OWN_PROCS, 0, "processes exit() while a thread connects and closes pairs: no fault (not in all)"},
     {"stopped", sc_stopped, ONE_PROC, 0, "the plugin's thread stops with comms open: later calls fail at once (not in all: needs TSNET_TEST_EXIT_FILE)"},
     {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
@@ -3309,7 +3394,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork stopped exitbusy killpeer stranger bulk gpu\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork stale stopped exitbusy killpeer stranger bulk gpu\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
 import { LIB, ROOT, buildDriver, driverEnv, requireLib } from './build-driver';
 
-const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'lifecycle', 'fork'];
+const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'lifecycle', 'fork', 'stale'];
 const VERSIONS = [6, 7, 8, 9, 10, 11, 12];
 const LOOPBACK = { TSNET_TRANSPORT: 'loopback', TSNET_LOOPBACK_DEVICES: '2' };
 const TCP = { TSNET_TRANSPORT: 'tcp' };

@@ -11,7 +11,7 @@ import { runAsync } from '../support/spawn';
 import { HAVE_LIBFABRIC, LIB, ROOT, buildDriver, requireLib } from './build-driver';
 
 const PAIR = ['transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'killpeer'];
-const ONE = ['tables', 'transfer', 'inflight', 'grouped', 'marker', 'badinput', 'lifecycle', 'fork'];
+const ONE = ['tables', 'transfer', 'inflight', 'grouped', 'marker', 'badinput', 'lifecycle', 'fork', 'stale'];
 
 interface Run {
   out: string;
