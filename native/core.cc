@@ -295,7 +295,12 @@ static tsn_result_t regMr(const char* what, void* comm, void* data, size_t size,
   Comm* c = anyComm(comm);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "%s: %p is not a send or receive comm", what, comm);
   if (!mhandle) FAIL(TSN_INVALID_ARGUMENT, "%s: mhandle is NULL", what);
-  if (!data && size) FAIL(TSN_INVALID_ARGUMENT, "%s: data is NULL with size %zu", what, size);
+  if (!data) FAIL(TSN_INVALID_ARGUMENT, "%s: data is NULL (size %zu)", what, size);
+  // Host memory gets a JavaScript view, which Node caps at 4 GiB (a v6/v7 int size of -1
+  // arrives here as SIZE_MAX).
+  constexpr size_t kMaxHostView = size_t(1) << 32;
+  if (type == TSN_PTR_HOST && size > kMaxHostView)
+    FAIL(TSN_INVALID_ARGUMENT, "%s: %zu bytes of host memory: tsnet registers at most 4 GiB of host memory in one region", what, size);
   Mr* mr = new Mr{kMagicMr, 0, static_cast<char*>(data), size, c, nullptr};
   tsn_result_t rc = hostCall(c->thread, [&] { return jsRegMr(c, data, size, type, mr, fd, offset); }, what);
   if (rc != TSN_SUCCESS) {

@@ -2113,6 +2113,19 @@ static void sc_badinput(int version) {
             props.ptrSupport, rc);
       if (rc == TSN_SUCCESS && mh) shim_dereg_mr(&n, sc, mh);
     }
+    // Host regions larger than tsnet takes (a JavaScript view is at most 4 GiB; a v6/v7 int size
+    // of -1 arrives as SIZE_MAX), and NULL data: refused with ncclInvalidArgument, touching nothing.
+    {
+      size_t sizes[] = {((size_t)5) << 30, (size_t)-1};
+      for (int i = 0; i < 2 && version >= 8; i++) {  // v6/v7 take an int size
+        void* mh = NULL;
+        rc = shim_reg_mr(&n, sc, sbuf, sizes[i], TSN_PTR_HOST, &mh);
+        check(rc == TSN_INVALID_ARGUMENT && !mh, "regMr of %zu host bytes fails with ncclInvalidArgument (rc %d)", sizes[i], rc);
+      }
+      void* mh = NULL;
+      rc = shim_reg_mr(&n, sc, NULL, 0, TSN_PTR_HOST, &mh);
+      check(rc == TSN_INVALID_ARGUMENT && !mh, "regMr of NULL data fails with ncclInvalidArgument (rc %d)", rc);
+    }
     // regMrDmaBuf: in every table, and refused where the device offers no DMA-BUF (here, where
     // no GPU exports them), and for an fd that is none, with a WARN and no handle.
     {
