@@ -120,7 +120,7 @@ static void retireComm(Comm* c) {
     liveComms().erase(c);
   }
   for (Request& r : c->slots) r.magic = kMagicDead;
-  quarantine<Comm, 64>(c);  // about 40 KiB each
+  quarantine<Comm, 64>(c);  // its slots: the largest handle
 }
 
 // The protocol thread for a new listener: round robin over the running ones.
