@@ -137,7 +137,6 @@ void pump();
 // Each visit polls in a tight loop for a while (every turn of libuv's loop costs an epoll_wait),
 // then lets the loop run its timers and sockets.
 void onSpin(uv_idle_t*) {
-  if (hostExiting()) hostPark();
   constexpr uint64_t kVisitNs = 20'000;
   uint64_t until = uv_hrtime() + kVisitNs;
   do {

@@ -233,22 +233,30 @@ Napi::Value IoWriteNow(const Napi::CallbackInfo& info) {
 // protocol-owned (inline) bytes already submitted still go out, then the I/O thread shuts
 // down writing and waits (bounded) for the peer's end; impossible when a write of external
 // memory was half sent (partial): then, as without graceful, the socket is closed at once.
-Napi::Value IoClose(const Napi::CallbackInfo& info) {
-  Napi::Env env = info.Env();
-  Lane* l = ownLane(info, "ioClose");
-  if (!l) return env.Undefined();
-  bool graceful = info.Length() > 1 && info[1].ToBoolean().Value();
+// Closes a lane of the calling protocol thread (ioClose, and every lane of a thread that
+// stopped); returns whether the close is hard.
+bool closeLane(Lane* l, bool graceful, bool* partial) {
   IoThread* t = l->t;
   closedHere().insert(l->id);
   bool stuck = false;
   if (!syncSubs(l->port, t, &stuck))
     log(kLogWarn, "io: I/O thread %d did not take lane %u's submissions %s", t->index, l->id,
         stuck ? "(it is stuck inside a provider call)" : "within 10 s");
-  bool partial = false, hard = true;
-  cancelLane(l, graceful, &partial, &hard);
+  bool hard = true;
+  cancelLane(l, graceful, partial, &hard);
   // Not graceful: the lane lives until this kRetire. Graceful: the I/O thread may end the close
   // (and retire the lane) before it takes this kKick, but keeps the lane until it has (kicks).
   postAdmin(t, new Admin{nullptr, hard ? Admin::kRetire : Admin::kKick, l});
+  return hard;
+}
+
+Napi::Value IoClose(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Lane* l = ownLane(info, "ioClose");
+  if (!l) return env.Undefined();
+  bool graceful = info.Length() > 1 && info[1].ToBoolean().Value();
+  bool partial = false;
+  bool hard = closeLane(l, graceful, &partial);
   Napi::Object out = Napi::Object::New(env);
   out.Set("partial", partial);
   out.Set("hard", hard);
@@ -466,12 +474,8 @@ void engineClosePort(int port) {
     for (uint32_t id = 1; id < E->nextId; id++)
       if (Lane* l = laneOf(id); l && l->port == port && !closedHere().count(id)) mine.push_back(l);
   }
-  for (Lane* l : mine) {
-    closedHere().insert(l->id);
-    bool partial = false, hard = true;
-    cancelLane(l, false, &partial, &hard);
-    postAdmin(l->t, new Admin{nullptr, Admin::kRetire, l});
-  }
+  bool partial = false;
+  for (Lane* l : mine) closeLane(l, false, &partial);
   if (!mine.empty()) log(kLogInfo, "io: protocol thread %d has stopped: its %zu lane(s) are closed", port, mine.size());
 }
 

@@ -148,9 +148,9 @@ export class Sender extends Endpoint {
     // Bytes already promised to the receiver cannot be taken back: the link ends (the peer's
     // receives fail), and every send in flight with it.
     // A WARN: each of those sends fails with ncclInvalidUsage, which NCCL reports without a word.
-    log.warn(`${this.name}: the memory of ${n} send(s) in flight was deregistered; failing ${this.active} pending send(s) and closing the link`);
-    const err = invalidUsage(`${this.name}: the send's memory was deregistered while in flight`);
     const all = this.active;
+    log.warn(`${this.name}: the memory of ${n} send(s) in flight was deregistered; failing ${all} pending send(s) and closing the link`);
+    const err = invalidUsage(`${this.name}: the send's memory was deregistered while in flight`);
     this.failed = err;
     this.link.close(false);
     this.failPending(err);

@@ -1852,13 +1852,20 @@ static void __attribute__((noreturn)) role_process(int version, const PairScenar
 static void forget_shm(pid_t pid) { shim_shm_regions((int)pid, 1, NULL, NULL); }
 
 // Waits (at most until `end`) for a role process and folds its results in.
+// Waits for child pid until end (now_s() time); SIGKILLs it then. Returns pid when it ended by
+// itself, 0 when it had to be killed; *status is its wait status either way.
+static pid_t wait_until(pid_t pid, int* status, double end) {
+  pid_t w;
+  while ((w = waitpid(pid, status, WNOHANG)) == 0 && now_s() < end) usleep(1000);
+  if (w != 0) return w;
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return 0;
+}
+
 static void reap_role(pid_t pid, int resfd, const char* what, double end) {
   int status = 0;
-  pid_t w;
-  while ((w = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < end) usleep(1000);
-  if (w == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+  if (wait_until(pid, &status, end) == 0) {
     check(0, "the %s process (pid %d) did not exit in time: killed", what, (int)pid);
   }
   forget_shm(pid);
@@ -2540,13 +2547,7 @@ static void sc_fork(int version) {
   close(res[1]);
   if (!check(pid > 0, "fork (%s)", pid < 0 ? strerror(errno) : "a child")) { close(res[0]); goto close; }
   int status = 0;
-  pid_t got = 0;
-  double end = now_s() + g_timeout;
-  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < end) usleep(10000);
-  if (got == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
+  pid_t got = wait_until(pid, &status, now_s() + g_timeout);
   ssize_t rd = take_counts(res[0]);
   set_prefix(version, "fork", NULL);
   check(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && rd == (ssize_t)(2 * sizeof(int)),
@@ -2807,12 +2808,7 @@ static void sc_exitbusy(int version) {
     }
     if (!check(pid > 0, "fork (%s)", pid < 0 ? strerror(errno) : "a child")) return;
     int status = 0;
-    pid_t got = 0;
-    double end = now_s() + g_timeout;
-    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_s() < end) usleep(5000);
-    if (got == 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
+    if (wait_until(pid, &status, now_s() + g_timeout) == 0) {
       check(0, "attempt %d (exit after %d ms): the process did not end within %.0f s", i, delay_ms, g_timeout);
     } else if (WIFSIGNALED(status)) {
       check(0, "attempt %d (exit after %d ms): the process died of signal %d during exit", i, delay_ms, WTERMSIG(status));

@@ -6,28 +6,16 @@
 // ms; ioClose(B) gives up meanwhile, B's memory is "given back" (overwritten), and after the
 // stall the completions B's link got, and whether that memory was written, are printed.
 import { SubKind } from '../../plugin/engine/records';
-import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
-import { engine, portOf } from './helpers';
+import { ofiRailPair } from './ofi-pair';
 
 const provider = process.argv[2] || 'tcp';
 const STALL = 1500;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function main(): Promise<void> {
-  const e = engine(2, 50);
-  const ofi = e as unknown as OfiBinding & { ioTestStall(thread: number, ms: number, lane?: number): void };
-  const port = portOf(0);
-  ofi.ofiOpen({ provider, hmem: false });
   const got = { a: 0, b: 0 };
   const handler = (k: 'a' | 'b') => ({ onOp: () => void got[k]++, onRx: () => {} });
-  const linkA = port.addLink(handler('a'));
-  const linkB = port.addLink(handler('b'));
-  const a = ofi.ofiRail(0, 0, linkA);
-  const b = ofi.ofiRail(0, 1, linkB);
-  const peerB = ofi.ofiInsertPeer(a.lane, b.name);
-  ofi.ofiInsertPeer(b.lane, a.name);
-  const ma = ofi.ofiAlloc(a.lane, 4096);
-  const mb = ofi.ofiAlloc(b.lane, 4096);
+  const { ofi, port, a, b, linkA, linkB, peerB, ma, mb } = ofiRailPair(provider, (p) => [p.addLink(handler('a')), p.addLink(handler('b'))]);
   const bBytes = new Uint8Array(mb.buffer, 0, 256);
   new Uint8Array(ma.buffer, 0, 256).fill(0xaa);
   let op = 100;

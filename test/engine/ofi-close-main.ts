@@ -4,32 +4,22 @@
 // A sends three 64-byte messages, so that B's queue holds two completions and then the third
 // receive's truncation error when B is closed. Prints {"closeMs": ...} and exits 0.
 import { SubKind } from '../../plugin/engine/records';
-import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
-import { engine, portOf } from './helpers';
+import { ofiRailPair } from './ofi-pair';
 
 const provider = process.argv[2] || 'tcp';
 const lastRecv = Number(process.argv[3] || 4);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function main(): Promise<void> {
-  const e = engine(2, 50);
-  const ofi = e as unknown as OfiBinding & { ioTestStall(thread: number, ms: number): void };
-  const port = portOf(0);
-  ofi.ofiOpen({ provider, hmem: false });
-  const a = ofi.ofiRail(0, 0, 1);
-  const b = ofi.ofiRail(0, 1, 2);
-  const peerB = ofi.ofiInsertPeer(a.lane, b.name);
-  ofi.ofiInsertPeer(b.lane, a.name);
-  const ma = ofi.ofiAlloc(a.lane, 4096);
-  const mb = ofi.ofiAlloc(b.lane, 4096);
+  const { ofi, port, a, b, linkA, linkB, peerB, ma, mb } = ofiRailPair(provider);
   let op = 100;
   for (const [i, len] of [64, 64, lastRecv].entries())
-    port.submitOfi(b.thread, b.lane, 2, op++, SubKind.OFI_RECV, mb.addr + 64 * i, len, mb.mr, 0, 0, 0, 0, -1);
+    port.submitOfi(b.thread, b.lane, linkB, op++, SubKind.OFI_RECV, mb.addr + 64 * i, len, mb.mr, 0, 0, 0, 0, -1);
   port.flush();
   await sleep(300);
   ofi.ioTestStall(b.thread, 4000);
   await sleep(100);
-  for (let i = 0; i < 3; i++) port.submitOfi(a.thread, a.lane, 1, op++, SubKind.OFI_SEND, ma.addr + 64 * i, 64, ma.mr, peerB, 0, 0, 0, -1);
+  for (let i = 0; i < 3; i++) port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_SEND, ma.addr + 64 * i, 64, ma.mr, peerB, 0, 0, 0, -1);
   port.flush();
   await sleep(800);
   const t0 = performance.now();

@@ -214,13 +214,16 @@ export class OfiEndpoint {
    */
   private contain(r: number, c: Completion, e: unknown): void {
     const why = e instanceof Error ? e.message : String(e);
-    let comm: OfiComm | undefined;
-    if (c.flags & CqFlag.REMOTE_CQ_DATA) {
-      if (c.token === 0 || c.flags & CqFlag.REMOTE_WRITE) comm = this.comms[immComm(c.imm)];
-      else if (msgKind(c.imm) !== MsgKind.CONNECT) comm = this.comms[msgId(c.imm)];
-    }
+    const comm = this.commOf(c);
     if (comm) comm.fail(remoteError(`${comm.name}: protocol error: handling what the peer sent failed: ${why}`));
     else log.warn(`${this.name}: rail ${r}: handling a completion failed: ${why}`);
+  }
+
+  /** The comm a peer's completion names by its immediate data (a write's, or a message's but a CONNECT's). */
+  private commOf(c: Completion): OfiComm | undefined {
+    if (!(c.flags & CqFlag.REMOTE_CQ_DATA)) return undefined;
+    if (c.token === 0 || c.flags & CqFlag.REMOTE_WRITE) return this.comms[immComm(c.imm)];
+    return msgKind(c.imm) === MsgKind.CONNECT ? undefined : this.comms[msgId(c.imm)];
   }
 
   listen(): OfiListener {
@@ -388,7 +391,7 @@ export class OfiEndpoint {
       if (c.status === -ECANCELED) return;
       // A message that did not fit a bounce buffer (more than the capacity the peer was told):
       // the comm it names lost it and would wait for it for good.
-      const comm = c.flags & CqFlag.REMOTE_CQ_DATA && msgKind(c.imm) === MsgKind.EAGER ? this.comms[msgId(c.imm)] : undefined;
+      const comm = msgKind(c.imm) === MsgKind.EAGER ? this.commOf(c) : undefined;
       const what = `a posted receive failed: ${c.error || ''} (${statusName(c.status)})`;
       if (comm) comm.fail(remoteError(`${comm.name}: protocol error: an eager message was lost: ${what}`));
       else log.warn(`${this.name}: rail ${r}: ${what}`);
