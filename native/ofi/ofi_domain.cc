@@ -1,4 +1,8 @@
 // Domains (one per NIC per process, shared) and memory registration.
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -27,6 +31,20 @@ OfiDomain::~OfiDomain() {
 
 const OfiNic& OfiDomain::nic() const { return impl_->nic; }
 
+uint64_t OfiDomain::Impl::pickKey() {
+  // 30 bits (fewer where the provider's keys are shorter): keys travel through the protocol's
+  // JavaScript, where a number above 2^30 is a heap object each time a call that V8 did not
+  // inline passes it (8 bytes of garbage per message when they were 64-bit).
+  int bits = nic.mrKeySize == 0 || nic.mrKeySize >= 4 ? 30 : static_cast<int>(8 * nic.mrKeySize);
+  uint64_t mask = (1ULL << bits) - 1;
+  for (;;) {
+    uint64_t x = (nextKey.fetch_add(1) * keyMul + keyAdd) & mask;  // each step a bijection of n bits
+    x ^= x >> (bits / 2);
+    x = (x * 0xD6E8FEB86659FD93ULL) & mask;
+    if (x != FI_KEY_NOTAVAIL) return x;
+  }
+}
+
 std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic& nic, OfiError* err, bool shared) {
   if (!ofiLoad(nullptr) || !nic.info) {
     *err = invalid("OfiDomain::open: libfabric is not loaded or the NIC did not come from ofiDiscover");
@@ -36,6 +54,13 @@ std::shared_ptr<OfiDomain> OfiDomain::open(const OfiNic& nic, OfiError* err, boo
   if (auto live = shared ? domains[nic.identity].lock() : nullptr) return live;
   auto impl = std::make_unique<Impl>();
   impl->nic = nic;
+  uint64_t seed[2] = {0, 0};
+  if (getrandom(seed, sizeof seed, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof seed)) {
+    seed[0] = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9E3779B97F4A7C15ULL;
+    seed[1] = reinterpret_cast<uintptr_t>(impl.get()) ^ (static_cast<uint64_t>(getpid()) << 32);
+  }
+  impl->keyMul = seed[0] | 1;  // odd: multiplying is a bijection modulo 2^n
+  impl->keyAdd = seed[1];
   OfiSignalGuard guard;
   int rc = ofiLib().fabric(nic.info->fabric_attr, &impl->fabric, nullptr);
   if (rc != 0) {
@@ -152,7 +177,7 @@ std::unique_ptr<OfiMr> OfiMr::reg(const std::shared_ptr<OfiDomain>& domain, void
   }
   attr.iov_count = 1;
   attr.access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-  attr.requested_key = nic.provKey ? 0 : d->nextKey.fetch_add(1);
+  attr.requested_key = nic.provKey ? 0 : d->pickKey();
   attr.iface = cuda ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
   if (cuda) attr.device.cuda = device;
   uint64_t flags = (type == OfiMemType::kCudaIpc ? FI_HMEM_DEVICE_ONLY : 0) | (dmabuf ? kOfiMrDmaBuf : 0);
@@ -214,7 +239,7 @@ bool ofiCudaRegistrable(const OfiNic& nic, std::string* why) {
   attr.mr_iov = &iov;
   attr.iov_count = 1;
   attr.access = FI_REMOTE_READ | FI_REMOTE_WRITE;
-  attr.requested_key = nic.provKey ? 0 : d->impl()->nextKey.fetch_add(1);
+  attr.requested_key = nic.provKey ? 0 : d->impl()->pickKey();
   attr.iface = FI_HMEM_CUDA;
   attr.device.cuda = 0;
   fid_mr* mr = nullptr;

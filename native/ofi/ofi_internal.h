@@ -143,7 +143,13 @@ struct OfiDomain::Impl {
   OfiNic nic;
   fid_fabric* fabric = nullptr;
   fid_domain* domain = nullptr;
-  std::atomic<uint64_t> nextKey{1};  // keys this layer picks when the provider does not (!FI_MR_PROV_KEY)
+  std::atomic<uint64_t> nextKey{1};  // registrations numbered, for the keys this layer picks when
+                                     // the provider does not (!FI_MR_PROV_KEY)
+  uint64_t keyMul = 1, keyAdd = 0;   // the keyed permutation of those numbers (pickKey)
+  // A key for the next registration: distinct within the domain (a bijection of a counter, over
+  // 30 bits) and not a small counter a stranger could guess, since a key is all that guards a
+  // region against remote writes and reads (tcp; shm checks keys only on some paths).
+  uint64_t pickKey();
 };
 
 // One posted operation. op_context points at it, so the provider may use its first bytes as
