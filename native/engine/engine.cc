@@ -94,7 +94,7 @@ void freeOp(IoThread* t, Op* op) {
   t->freeOps = op;
 }
 
-void emit(IoThread* t, int port, uint32_t link, uint32_t op, int status, double value, uint64_t imm, uint32_t flags) {
+void emit(IoThread* t, int port, uint32_t link, uint32_t op, int status, double value, uint64_t imm, uint32_t flags, uint32_t src) {
   tsn_cqe_t c;
   c.link = link;
   c.op = op;
@@ -104,6 +104,8 @@ void emit(IoThread* t, int port, uint32_t link, uint32_t op, int status, double 
   c.value = value;
   c.flags = flags;
   c.time = E->trace.load(std::memory_order_relaxed) ? static_cast<double>(nowNs()) / 1000.0 : 0;
+  c.src = src;
+  c.pad = 0;
   t->out[port].push_back(c);
 }
 

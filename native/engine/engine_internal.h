@@ -186,7 +186,7 @@ extern Engine* E;
 uint64_t nowNs();  // CLOCK_MONOTONIC
 bool startThreads(int n, double spinUs, double lingerMs, double pollUs, std::string* why);
 void emit(IoThread* t, int port, uint32_t link, uint32_t op, int status, double value, uint64_t imm = 0,
-          uint32_t flags = 0);
+          uint32_t flags = 0, uint32_t src = TSN_CQE_NO_SRC);
 Op* allocOp(IoThread* t);
 void freeOp(IoThread* t, Op* op);
 void listLane(IoThread* t, Lane* l);

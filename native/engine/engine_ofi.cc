@@ -86,6 +86,11 @@ uint32_t flagsOf(const OfiCompletion& c) {
   return f;
 }
 
+// The sender as the completion record carries it (an AV table index fits 32 bits).
+uint32_t srcOf(const OfiCompletion& c) {
+  return c.src > 0xfffffffeULL ? TSN_CQE_NO_SRC : static_cast<uint32_t>(c.src);
+}
+
 // Keeps the provider's words of a failed operation; the first few of a lane are logged.
 void noteError(Lane* l, const std::string& words) {
   l->ofiLastError = words;
@@ -226,12 +231,12 @@ bool ofiProgress(IoThread* t, Lane* l) {
     const OfiCompletion& c = cs[i];
     if (c.status) noteError(l, c.error);
     if (c.ctx == 0) {  // a peer's write with immediate data
-      emit(t, l->port, l->link, TSN_CQE_REMOTE, c.status, static_cast<double>(c.len), c.data, flagsOf(c));
+      emit(t, l->port, l->link, TSN_CQE_REMOTE, c.status, static_cast<double>(c.len), c.data, flagsOf(c), srcOf(c));
       continue;
     }
     Op* op = reinterpret_cast<Op*>(c.ctx);
     double value = c.op == OfiOp::kRecv || c.op == OfiOp::kRemoteWrite ? static_cast<double>(c.len) : static_cast<double>(op->total);
-    if (!(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, c.status, value, c.data, flagsOf(c));
+    if (!(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, c.status, value, c.data, flagsOf(c), srcOf(c));
     ofiRelease(op);
     freeOp(t, op);
   }
@@ -383,7 +388,7 @@ Lane* ownOfiLane(const Napi::CallbackInfo& info, const char* fn) {
   return l;
 }
 
-// ofiOpen({ provider, hmem, cudaApi, dmabuf, autoProgress }) -> { version, progress, nics: [...] }: loads libfabric
+// ofiOpen({ provider, hmem, cudaApi, dmabuf, autoProgress, source }) -> { version, progress, nics: [...] }: loads libfabric
 // and finds the NICs, once per process (later calls answer the first result). Throws with the
 // reason when libfabric is missing or offers nothing that qualifies.
 Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
@@ -399,6 +404,7 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     o.cudaApi = a.Get("cudaApi").ToBoolean().Value();
     o.dmabuf = a.Get("dmabuf").ToBoolean().Value();
     if (a.Get("autoProgress").IsBoolean()) o.autoProgress = a.Get("autoProgress").ToBoolean().Value();
+    if (a.Get("source").IsBoolean()) o.source = a.Get("source").ToBoolean().Value();
     std::vector<OfiNic> nics = ofiDiscover(o, &why, &g_progress);
     if (nics.empty()) return fail(env, why, TSN_SYSTEM_ERROR);
     g_nics = new std::vector<OfiNic>(std::move(nics));
@@ -426,6 +432,8 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     o.Set("virtAddr", n.virtAddr);
     o.Set("mrLocal", n.mrLocal);
     o.Set("rxCqData", n.rxCqData);
+    o.Set("source", n.source);
+    o.Set("sourceWrites", n.sourceWrites);
     o.Set("autoProgress", n.autoProgress);
     o.Set("maxMsgSize", static_cast<double>(n.maxMsgSize));
     o.Set("injectSize", static_cast<double>(n.injectSize));

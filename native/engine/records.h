@@ -76,7 +76,11 @@ typedef struct tsn_cqe {
   uint32_t flags;  // libfabric lanes: TSN_CQE_F_*
   uint32_t immHi;  // libfabric lanes: the immediate data's high 32 bits
   double time;     // completion time in microseconds (CLOCK_MONOTONIC) when tracing, else 0
+  uint32_t src;    // libfabric lanes with FI_SOURCE: the sender (fi_addr) of a message or remote
+                   // write; TSN_CQE_NO_SRC when not known
+  uint32_t pad;
 } tsn_cqe_t;
+#define TSN_CQE_NO_SRC 0xffffffffu
 enum {
   TSN_CQE_F_SEND = 1,
   TSN_CQE_F_RECV = 2,
@@ -115,7 +119,8 @@ TSN_REC_ASSERT(offsetof(tsn_ring_hdr_t, mask) == 128, "tsn_ring_hdr_t.mask");
 TSN_REC_ASSERT(sizeof(tsn_sub_t) == 96, "tsn_sub_t size");
 TSN_REC_ASSERT(offsetof(tsn_sub_t, addr) == 16, "tsn_sub_t.addr");
 TSN_REC_ASSERT(offsetof(tsn_sub_t, inl) == 64, "tsn_sub_t.inl");
-TSN_REC_ASSERT(sizeof(tsn_cqe_t) == 40, "tsn_cqe_t size");
+TSN_REC_ASSERT(sizeof(tsn_cqe_t) == 48, "tsn_cqe_t size");
+TSN_REC_ASSERT(offsetof(tsn_cqe_t, src) == 40, "tsn_cqe_t.src");
 TSN_REC_ASSERT(sizeof(tsn_rx_hdr_t) == 192, "tsn_rx_hdr_t size");
 TSN_REC_ASSERT(sizeof(tsn_slot_status_t) == 40, "tsn_slot_status_t size");
 

@@ -81,6 +81,7 @@ struct OfiOptions {
   bool rxCqData = false;  // accept providers that consume a posted receive for remote CQ data
                           // (mode FI_RX_CQ_DATA); off like aws-ofi-nccl's RDMA protocol
   bool autoProgress = true;  // ask for FI_PROGRESS_AUTO first, then FI_PROGRESS_MANUAL
+  bool source = true;        // ask for FI_SOURCE (completions name the sender), then without it
   bool ipv6 = false;         // tcp: keep IPv6 interfaces too (OFI_NCCL_USE_IPV6_TCP)
   std::string excludeIf = "lo,docker0";  // tcp: interfaces to skip (OFI_NCCL_EXCLUDE_TCP_IF)
 };
@@ -114,6 +115,11 @@ struct OfiNic {
                            // copies every iovec of a send as the first one's memory
   bool autoProgress = false;  // data progress FI_PROGRESS_AUTO; else MANUAL: poll to progress
   bool rxCqData = false;      // mode FI_RX_CQ_DATA: remote CQ data consumes a posted receive
+  bool source = false;        // FI_SOURCE granted: a message's completion names its sender
+                              // (OfiCompletion::src)
+  bool sourceWrites = false;  // source, and a remote write's completion names it too: shm. rxm
+                              // (tcp;ofi_rxm, verbs;ofi_rxm) writes remote-write completions
+                              // without one (1.17: the entry's source is left as it was)
   bool contextMode = false;   // mode FI_CONTEXT/FI_CONTEXT2 (handled inside; for the record)
   std::string threading;      // "FI_THREAD_COMPLETION" ...
   uint64_t maxMsgSize = 0;    // ep_attr->max_msg_size: largest send, write or read
@@ -250,6 +256,8 @@ struct OfiCompletion {
   uint64_t flags = 0;  // libfabric's flags (kOfiFlag*); error completions may carry none
   uint64_t len = 0;    // bytes received (kRecv); libfabric leaves it 0 for most other ops
   uint64_t data = 0;   // immediate data, valid when flags has kOfiFlagRemoteCqData
+  uint64_t src = ~0ULL; // FI_SOURCE: the sender's fi_addr of a message or remote write; ~0
+                       // (FI_ADDR_NOTAVAIL) when not in the address vector, not granted, or an error
   int status = 0;      // 0, or the negative libfabric error (-FI_ECANCELED, -FI_EIO, ...)
   int provErrno = 0;   // the provider's own error number, on error
   OfiOp op = OfiOp::kSend;

@@ -73,14 +73,16 @@ bool providerMatches(const char* prov, const std::string& want) {
 bool ipFormat(uint32_t f) { return f == FI_SOCKADDR_IN || f == FI_SOCKADDR_IN6; }
 
 // Runs fi_getinfo with the protocol's hints and keeps what qualifies. provider: "" for any.
-void query(Infos* out, const OfiOptions& o, const std::string& provider, bool hmem, fi_progress progress, int* rc) {
+void query(Infos* out, const OfiOptions& o, const std::string& provider, bool hmem, fi_progress progress, int* rc,
+           bool source = false) {
   const OfiLib& f = ofiLib();
   fi_info* hints = f.dupinfo(nullptr);  // fi_allocinfo
   if (!hints) {
     *rc = -FI_ENOMEM;
     return;
   }
-  hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
+  hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0) |
+               (source ? FI_SOURCE : 0);
   // Every operation carries an OfiPending whose first bytes are a fi_context2.
   hints->mode = FI_CONTEXT | FI_CONTEXT2 | (o.rxCqData ? FI_RX_CQ_DATA : 0);
   hints->ep_attr->type = FI_EP_RDM;
@@ -208,6 +210,8 @@ OfiNic nicOf(const fi_info* i, bool hmemAsked) {
   n.domainPerEndpoint = n.provider == "shm";
   n.autoProgress = i->domain_attr->data_progress == FI_PROGRESS_AUTO;
   n.rxCqData = (i->mode & FI_RX_CQ_DATA) != 0;
+  n.source = (i->caps & FI_SOURCE) != 0;
+  n.sourceWrites = n.source && n.provider.compare(0, 3, "shm") == 0;
   n.contextMode = (i->mode & (FI_CONTEXT | FI_CONTEXT2)) != 0;
   n.threading = threadingName(i->domain_attr->threading);
   n.maxMsgSize = i->ep_attr->max_msg_size;
@@ -276,6 +280,9 @@ std::string OfiNic::describe() const {
   if (hmem) s += std::string(", DMA-BUF ") + (dmabuf ? "yes" : "no") + (!dmabuf && !dmabufWhy.empty() ? " (" + dmabufWhy + ")" : "");
   if (hmem && !mixedIov) s += " (a send may not gather host and GPU memory: libfabric < 1.18)";
   if (rxCqData) s += ", remote CQ data consumes receives (FI_RX_CQ_DATA)";
+  s += !source        ? ", senders not checked (no FI_SOURCE)"
+       : sourceWrites ? ", senders checked (FI_SOURCE)"
+                      : ", senders of messages checked (FI_SOURCE), of remote writes not (" + provider + " names none)";
   if (domainPerEndpoint) s += ", a domain per endpoint";
   return s;
 }
@@ -307,23 +314,28 @@ std::vector<OfiNic> ofiDiscover(const OfiOptions& o, std::string* why, std::stri
     }
     provider = all.kept[0]->fabric_attr->prov_name;
   }
-  // 2. That provider's NICs, with FI_HMEM when asked and FI_PROGRESS_AUTO when offered.
+  // 2. That provider's NICs, with FI_HMEM when asked, FI_PROGRESS_AUTO when offered, and
+  //    FI_SOURCE when offered (the protocol then checks who sent what names a comm).
   struct Try {
     bool hmem;
     fi_progress progress;
+    bool source;
   };
   std::vector<Try> tries;
   for (bool h : {true, false}) {
     if (h && !o.hmem) continue;
-    if (o.autoProgress) tries.push_back({h, FI_PROGRESS_AUTO});
-    tries.push_back({h, FI_PROGRESS_MANUAL});
+    for (fi_progress p : {FI_PROGRESS_AUTO, FI_PROGRESS_MANUAL}) {
+      if (p == FI_PROGRESS_AUTO && !o.autoProgress) continue;
+      if (o.source) tries.push_back({h, p, true});
+      tries.push_back({h, p, false});
+    }
   }
   std::string hmemWhy;  // why GPU memory was asked for and not granted
   for (const Try& t : tries) {
     if (t.hmem && !hmemWhy.empty()) continue;  // no CUDA here: no progress model changes that
     Infos got;
     int rc = 0;
-    query(&got, o, provider, t.hmem, t.progress, &rc);
+    query(&got, o, provider, t.hmem, t.progress, &rc, t.source);
     std::vector<std::string> seen;  // one NIC per domain name (tcp lists each interface several times)
     for (fi_info* i : got.kept) {
       if (strcmp(i->fabric_attr->prov_name, provider.c_str()) != 0) continue;

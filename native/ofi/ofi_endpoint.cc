@@ -126,12 +126,16 @@ bool isReset(const fi_cq_err_entry& e) {
 // negative error of the queue itself (m->last says it).
 int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
   fi_cq_data_entry e[kBatch];
-  ssize_t n = fi_cq_read(m->cq, e, static_cast<size_t>(max < kBatch ? max : kBatch));
+  fi_addr_t src[kBatch];
+  size_t want = static_cast<size_t>(max < kBatch ? max : kBatch);
+  // FI_SOURCE: the senders come with the entries (FI_ADDR_NOTAVAIL for one not in the AV).
+  ssize_t n = m->d->nic.source ? fi_cq_readfrom(m->cq, e, want, src) : fi_cq_read(m->cq, e, want);
   if (n > 0) {
     for (ssize_t i = 0; i < n; i++) {
       out[i].status = 0;
       out[i].provErrno = 0;
       out[i].error.clear();
+      out[i].src = m->d->nic.source ? static_cast<uint64_t>(src[i]) : ~0ULL;
       complete(m, e[i].op_context, e[i].flags, e[i].len, e[i].data, &out[i]);
     }
     return static_cast<int>(n);
@@ -158,6 +162,7 @@ int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
   c.status = 0;
   c.provErrno = 0;
   c.error.clear();
+  c.src = ~0ULL;  // an error entry names no sender (libfabric 1.17 has no src_addr there)
   complete(m, err.op_context, err.flags, err.len, err.data, &c);
   c.status = err.err > 0 ? -err.err : (err.err < 0 ? err.err : -FI_EOTHER);
   if (isReset(err)) m->peerReset = true;

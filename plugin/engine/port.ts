@@ -14,8 +14,10 @@ export interface CqeHandler {
    * An operation submitted with this link finished: status 0, EOF (-1000) or -errno; value: bytes.
    * libfabric lanes: imm and flags (records.ts CqeFlag); op OP_REMOTE (-2) for a peer's write.
    * io: the I/O thread, or -1 for a frame this protocol thread wrote itself (submitFrame).
+   * src: libfabric lanes with FI_SOURCE, the sender of a message or remote write (its AV id);
+   * -1 when not known.
    */
-  onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number): void;
+  onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number, src: number): void;
   /** A control lane received bytes (status 0; value: its receive counter) or ended (status < 0). */
   onRx(status: number, value: number, time: number, io: number): void;
 }
@@ -368,7 +370,7 @@ export class Port {
       const h = this.links[link & 0xffff];
       if (h === undefined || this.gens[link & 0xffff] !== link >>> 16) continue; // a closed link
       try {
-        h.onOp(this.localU32[2 * k + 1], 0, this.localF64[2 * k], this.localF64[2 * k + 1], -1, 0, 0, 0);
+        h.onOp(this.localU32[2 * k + 1], 0, this.localF64[2 * k], this.localF64[2 * k + 1], -1, 0, 0, 0, -1);
       } catch (e) {
         log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);
       }
@@ -466,7 +468,7 @@ export class Port {
         const op = r.i32[w + 1]; // records.ts OP_RX, OP_REMOTE
         try {
           if (op === OP_RX) h.onRx(r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t);
-          else h.onOp(op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7]);
+          else h.onOp(op, r.i32[w + 2], r.f64[d + 2], r.f64[d + 4], t, r.u32[w + 3], r.u32[w + 6], r.u32[w + 7], r.i32[w + 10]);
         } catch (e) {
           log.warn(`a completion handler threw: ${(e as Error)?.stack ?? e}`);
         }

@@ -40,7 +40,9 @@ export const SUB_F_NOCQE = 1;
 export const SUB_F_IMM = 2;
 
 /** Completion record (I/O thread -> protocol thread). */
-export const CQE = { bytes: 40, link: 0, op: 4, status: 8, imm: 12, value: 16, flags: 24, immHi: 28, time: 32 } as const;
+export const CQE = { bytes: 48, link: 0, op: 4, status: 8, imm: 12, value: 16, flags: 24, immHi: 28, time: 32, src: 40 } as const;
+/** A completion record's src when the sender is not known (read as int32: -1). */
+export const CQE_NO_SRC = 0xffffffff;
 
 /** The op of a receive-ring notification: value is the lane's receive counter. */
 export const CQE_RX = 0xffffffff;

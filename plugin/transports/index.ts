@@ -14,7 +14,7 @@ import type { Transport } from './transport';
 export function makeTransport(config: Config, regions: Regions, binding: LaneBinding & OfiBinding, port: () => Port, thread: number): Transport {
   if (config.transport === 'loopback') return new LoopbackTransport(config, regions);
   if (config.transport === 'ofi') {
-    const opened = openOfi(binding, config.ofi!.cudaApi, config.ofi!.dmabuf);
+    const opened = openOfi(binding, config.ofi!.cudaApi, config.ofi!.dmabuf, config.ofi!.checkSender);
     if (thread === 0) for (const l of OfiTransport.describe(opened, config.ofi!.forceRails, config.ofi!.dmabuf)) log.info(l);
     return new OfiTransport(config, config.ofi!, binding, opened, port, config.latencyUs);
   }

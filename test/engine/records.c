@@ -53,6 +53,8 @@ int main(void) {
   FIELD(tsn_cqe_t, flags, ",");
   FIELD(tsn_cqe_t, immHi, ",");
   FIELD(tsn_cqe_t, time, ",");
+  FIELD(tsn_cqe_t, src, ",");
+  FIELD(tsn_cqe_t, pad, ",");
   printf("}}");
   open_struct("tsn_rx_hdr_t", sizeof(tsn_rx_hdr_t));
   FIELD(tsn_rx_hdr_t, written, "");
@@ -81,6 +83,7 @@ int main(void) {
   CONST(TSN_SUB_INLINE, ",");
   CONST(TSN_CQE_RX, ",");
   CONST(TSN_CQE_REMOTE, ",");
+  CONST(TSN_CQE_NO_SRC, ",");
   CONST(TSN_CQE_F_SEND, ",");
   CONST(TSN_CQE_F_RECV, ",");
   CONST(TSN_CQE_F_WRITE, ",");

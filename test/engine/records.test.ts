@@ -6,7 +6,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import {
-  CQE, CQE_REMOTE, CQE_RX, CqeFlag, POST, RING, RX, SLOT, STATUS_EOF, STATUS_OK, SUB, SUB_F_IMM, SUB_F_NOCQE, SlotState, SubKind,
+  CQE, CQE_NO_SRC, CQE_REMOTE, CQE_RX, CqeFlag, POST, RING, RX, SLOT, STATUS_EOF, STATUS_OK, SUB, SUB_F_IMM, SUB_F_NOCQE, SlotState, SubKind,
 } from '../../plugin/engine/records';
 import { ROOT, compile, run } from '../layout/cc';
 
@@ -112,9 +112,10 @@ describe('records.ts against the C layout', () => {
     expect(SUB_F_IMM).toBe(c.consts.TSN_SUB_F_IMM);
   });
 
-  it('completion constants: CQE_RX, CQE_REMOTE, STATUS_OK, STATUS_EOF, the CqeFlag bits', () => {
+  it('completion constants: CQE_RX, CQE_REMOTE, CQE_NO_SRC, STATUS_OK, STATUS_EOF, the CqeFlag bits', () => {
     expect(CQE_RX).toBe(c.consts.TSN_CQE_RX);
     expect(CQE_REMOTE).toBe(c.consts.TSN_CQE_REMOTE);
+    expect(CQE_NO_SRC).toBe(c.consts.TSN_CQE_NO_SRC);
     const flags = Object.fromEntries(Object.entries(c.consts).filter(([n]) => n.startsWith('TSN_CQE_F_')).map(([n, v]) => [n.slice('TSN_CQE_F_'.length), v]));
     expect(enumMembers('CqeFlag')).toEqual(Object.keys(flags).sort());
     expect({
@@ -142,7 +143,7 @@ describe('field widths the TypeScript accessors use', () => {
   const widths: Record<string, Record<string, number>> = {
     tsn_ring_hdr_t: { head: 4, tail: 4, mask: 4, recordBytes: 4 },
     tsn_sub_t: { lane: 4, link: 4, op: 4, kind: 2, inlineLen: 2, addr: 8, len: 8, raddr: 8, rkeyLo: 4, rkeyHi: 4, imm: 4, flags: 4, aux: 4, mr: 4, inl: SUB.inlineMax },
-    tsn_cqe_t: { link: 4, op: 4, status: 4, imm: 4, value: 8, flags: 4, immHi: 4, time: 8 },
+    tsn_cqe_t: { link: 4, op: 4, status: 4, imm: 4, value: 8, flags: 4, immHi: 4, time: 8, src: 4 },
     tsn_rx_hdr_t: { written: 4, consumed: 4, stalled: 4, capacity: 4 },
     tsn_slot_status_t: { state: 4, result: 4, sizes: 32 },
   };

@@ -26,16 +26,19 @@ describe('CUDA calls inside libfabric', () => {
     } as unknown as OfiBinding;
   });
 
-  it('openOfi asks for GPU memory without CUDA calls unless told otherwise', async () => {
+  it('openOfi asks for GPU memory without CUDA calls unless told otherwise, and for the senders (FI_SOURCE) unless told not to', async () => {
     const t = await transport();
     t.openOfi(binding);
-    expect(asked).toEqual([{ hmem: true, cudaApi: false, dmabuf: true }]);
+    expect(asked).toEqual([{ hmem: true, cudaApi: false, dmabuf: true, source: true }]);
     const u = await transport();
     u.openOfi(binding, true);
-    expect(asked[1]).toEqual({ hmem: true, cudaApi: true, dmabuf: true });
+    expect(asked[1]).toEqual({ hmem: true, cudaApi: true, dmabuf: true, source: true });
     const w = await transport();
     w.openOfi(binding, false, false);
-    expect(asked[2]).toEqual({ hmem: true, cudaApi: false, dmabuf: false });
+    expect(asked[2]).toEqual({ hmem: true, cudaApi: false, dmabuf: false, source: true });
+    const x = await transport();
+    x.openOfi(binding, false, true, false);
+    expect(asked[3]).toEqual({ hmem: true, cudaApi: false, dmabuf: true, source: false });
   });
 
   it('says whether GPU memory is registered, and whether libfabric calls CUDA on tsnet threads', async () => {

@@ -57,6 +57,19 @@ export interface FakeOptions {
   mixedIov?: boolean;
   /** TSNET_TRACE: completions carry a time (the step count + 1, in µs) and the rail's index as their I/O thread. */
   times?: boolean;
+  /**
+   * FI_SOURCE: the completion of a message or remote write names its sender, as the sender's
+   * index in the target rail's address vector, or -1 when not in it (default true).
+   */
+  source?: boolean;
+  /** With source: remote writes name their sender too (default true; false as rxm). */
+  sourceWrites?: boolean;
+  /**
+   * With source, as shm of libfabric 1.17: a sender not in the address vector is named 0
+   * (not -1), and so, for good, is about a third of the known senders (shm's map entry for a
+   * peer whose first message came before its address was inserted keeps no AV id).
+   */
+  shmSource?: boolean;
 }
 
 interface Mapping {
@@ -163,6 +176,8 @@ export class FakeRail implements Rail {
   readonly maxMsgSize: number;
   readonly cqDataBytes: number;
   readonly rxCqData: boolean;
+  readonly source: boolean;
+  readonly sourceWrites: boolean;
   readonly av: string[] = [];
   readonly posted: Posted[] = [];
   readonly cq: Completion[] = [];
@@ -189,7 +204,26 @@ export class FakeRail implements Rail {
     this.maxMsgSize = fabric.opts.maxMsgSize ?? 1 << 30;
     this.cqDataBytes = fabric.opts.cqDataBytes ?? 8;
     this.rxCqData = fabric.opts.rxCqData ?? false;
+    this.source = fabric.opts.source ?? true;
+    this.sourceWrites = this.source && (fabric.opts.sourceWrites ?? true);
   }
+
+  /**
+   * FI_SOURCE: how this rail's address vector names the sender rail (-1: not in it); undefined
+   * without source. A remote write without sourceWrites gets 0, as rxm leaves the entry's source.
+   */
+  srcOf(sender: FakeRail, write = false): number | undefined {
+    if (!this.source) return undefined;
+    if (write && !this.sourceWrites) return 0;
+    const id = this.av.indexOf(Buffer.from(sender.name).toString('hex'));
+    if (!this.fabric.opts.shmSource) return id;
+    let unnamed = this.unnamed.get(sender.uid);
+    if (unnamed === undefined) this.unnamed.set(sender.uid, (unnamed = this.fabric.random() < 1 / 3));
+    return id < 0 || unnamed ? 0 : id;
+  }
+
+  /** shmSource: senders this rail names 0 for good. */
+  private readonly unnamed = new Map<number, boolean>();
 
   insertPeer(name: Uint8Array): number {
     return this.av.push(Buffer.from(name).toString('hex')) - 1;
@@ -490,7 +524,7 @@ export class FakeFabric {
         at += b.length;
       }
       const hasImm = op.imm >= 0;
-      dst.cq.push({ token: rx.token, status: 0, flags: CqFlag.RECV | (hasImm ? CqFlag.REMOTE_CQ_DATA : 0), len, imm: hasImm ? (op.imm & mask) >>> 0 : 0 });
+      dst.cq.push({ token: rx.token, status: 0, flags: CqFlag.RECV | (hasImm ? CqFlag.REMOTE_CQ_DATA : 0), len, imm: hasImm ? (op.imm & mask) >>> 0 : 0, src: dst.srcOf(op.src) });
       op.src.cq.push({ token: op.token, status: 0, flags: CqFlag.SEND, len, imm: 0 });
       return true;
     }
@@ -532,6 +566,7 @@ export class FakeFabric {
         len: this.opts.remoteLen === false ? 0 : len,
         imm: (op.imm & mask) >>> 0,
         immHi: op.src.cqDataBytes >= 8 ? (op.immHi ?? 0) : 0,
+        src: dst.srcOf(op.src, true),
       });
     op.src.cq.push({ token: op.token, status: 0, flags: CqFlag.WRITE, len, imm: 0 });
     return true;

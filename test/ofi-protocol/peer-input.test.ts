@@ -40,7 +40,7 @@ describe('peer input that breaks the protocol', () => {
     const { send } = w.connect();
     const s = send as unknown as OfiSendComm;
     const rail = w.a.host.rails[0];
-    const ack = { token: 0, status: 0, flags: CqFlag.REMOTE_WRITE | CqFlag.REMOTE_CQ_DATA, len: 0, imm: immWrite(s.id, 5, 0, SEGS_ACK), immHi: 0 };
+    const ack = { token: 0, status: 0, flags: CqFlag.REMOTE_WRITE | CqFlag.REMOTE_CQ_DATA, len: 0, imm: immWrite(s.id, 5, 0, SEGS_ACK), immHi: 0, src: s.peer[0] };
     expect(() => w.a.ep.onCompletions(rail, [ack])).not.toThrow();
     expect(s.failed?.message).toMatch(/protocol error: an acknowledgement of receive -\d+, before the first/);
   });
@@ -114,8 +114,9 @@ describe('peer input that breaks the protocol', () => {
       throw new TypeError('something the peer sent was not what it should be');
     };
     const rail = w.b.host.rails[0];
-    const write = { token: 0, status: 0, flags: CqFlag.REMOTE_WRITE | CqFlag.REMOTE_CQ_DATA, len: 0, imm: immWrite(r.id, 0, 0, 1), immHi: 0 };
-    const heartbeat = { token: 0, status: 0, flags: CqFlag.REMOTE_WRITE | CqFlag.REMOTE_CQ_DATA, len: 0, imm: immWrite((other as unknown as OfiRecvComm).id, 0, 0, 1), immHi: 0 };
+    const write = { token: 0, status: 0, flags: CqFlag.REMOTE_WRITE | CqFlag.REMOTE_CQ_DATA, len: 0, imm: immWrite(r.id, 0, 0, 1), immHi: 0, src: r.peer[0] };
+    const o = other as unknown as OfiRecvComm;
+    const heartbeat = { token: 0, status: 0, flags: CqFlag.REMOTE_WRITE | CqFlag.REMOTE_CQ_DATA, len: 0, imm: immWrite(o.id, 0, 0, 1), immHi: 0, src: o.peer[0] };
     expect(() => w.b.ep.onCompletions(rail, [write, heartbeat])).not.toThrow();
     expect(r.failed?.message).toMatch(/protocol error: handling what the peer sent failed: something the peer sent was not what it should be/);
     expect((other as unknown as OfiRecvComm).failed).toBeUndefined();

@@ -45,7 +45,7 @@ function runRandom(seed: number, receives = 40): void {
     seed,
     nicsA: nics,
     nicsB: pick([1, nics]),
-    fake: { rxCqData: rand() < 0.5, virtAddr: rand() < 0.5, cqDataBytes: pick([4, 8]), maxBatch: pick([1, 4, 16]) },
+    fake: { rxCqData: rand() < 0.5, virtAddr: rand() < 0.5, cqDataBytes: pick([4, 8]), maxBatch: pick([1, 4, 16]), sourceWrites: rand() < 0.5, shmSource: rand() < 0.3 },
     config: { eagerMax, minStripe: pick([1024, 4096, 131072]), smallRrMax: 64, rrCtrl: rand() < 0.5, bouncePosted: pick([2, 8, 64]), smallRail: seed % 2 ? 'comm' : 'rr' },
   });
   const { send, recv } = w.connect();

@@ -406,6 +406,64 @@ bool testWriteData(const Env& env, Pair& p) {
   return true;
 }
 
+// FI_SOURCE, what the protocol's sender check relies on (endpoint.ts, fromPeer): b knows itself
+// first (AV id 0, as every tsnet endpoint does), then a and c; a message from each names its
+// own AV id at b, one from d (not in b's AV) names none (FI_ADDR_NOTAVAIL; shm of libfabric
+// 1.17 says 0, b's own id, which the protocol never takes for another process), and with
+// sourceWrites a remote write names its writer too. Without FI_SOURCE every completion names
+// none.
+bool testSources(const Env& env) {
+  Side a, b, c, d;
+  a.ep = openEp(env);
+  b.ep = openEp(env);
+  c.ep = openEp(env);
+  d.ep = openEp(env);
+  if (!a.ep || !b.ep || !c.ep || !d.ep) return false;
+  Sides all = {&a, &b, &c, &d};
+  uint64_t self = insert(b.ep.get(), b.ep->name());
+  if (self != 0) return fail("an endpoint's first AV id is %llu; FI_AV_TABLE numbers from 0", static_cast<unsigned long long>(self));
+  uint64_t fromA = insert(b.ep.get(), a.ep->name());
+  uint64_t fromC = insert(b.ep.get(), c.ep->name());
+  if (fromA == fromC) return fail("two endpoints got one AV id (%llu)", static_cast<unsigned long long>(fromA));
+  Buf rb(env, 4096), sb(env, 64), target(env, 4096);
+  sb.fill(3);
+  struct From {
+    Side* s;
+    uint64_t want;
+    const char* who;
+  };
+  const From senders[] = {{&a, fromA, "a"}, {&c, fromC, "c"}, {&d, ~0ULL, "d (not in the AV)"}};
+  uint64_t ctx = 500;
+  for (const From& f : senders) {
+    uint64_t toB = insert(f.s->ep.get(), b.ep->name());
+    uint64_t rc = ctx++, sc = ctx++;
+    if (postRetry(all, [&] { return b.ep->recv(rb.p, 64, rb.desc(), rc); }) != 0) return fail("recv: %s", b.ep->lastError().text.c_str());
+    if (postRetry(all, [&] { return f.s->ep->sendData(sb.p, 64, sb.desc(), 7, toB, sc); }) != 0)
+      return fail("sendData from %s: %s", f.who, f.s->ep->lastError().text.c_str());
+    OfiCompletion cs, cr;
+    if (!waitCtx(all, f.s, sc, &cs) || !waitCtx(all, &b, rc, &cr) || !ok(cs, "send") || !ok(cr, "recv")) return fail("a message from %s did not arrive", f.who);
+    uint64_t want = env.nic.source ? f.want : ~0ULL;
+    if (f.s == &d && env.nic.source && cr.src == self) {
+      fact("FI_SOURCE: a message from a sender not in the address vector names AV id %llu, the receiver's own", static_cast<unsigned long long>(self));
+      continue;
+    }
+    if (cr.src != want)
+      return fail("a message from %s names sender %llu; expected %llu", f.who, static_cast<unsigned long long>(cr.src), static_cast<unsigned long long>(want));
+    if (f.s == &d) continue;  // d writes nothing: b cannot name it anyway
+    uint64_t wc = ctx++;
+    if (postRetry(all, [&] { return f.s->ep->writeData(sb.p, 64, sb.desc(), 9, toB, target.mr->remoteAddr(target.p), target.mr->key(), wc); }) != 0)
+      return fail("writeData from %s: %s", f.who, f.s->ep->lastError().text.c_str());
+    if (!waitCtx(all, f.s, wc, &cs) || !waitRemoteWrite(all, &b, &cr) || !ok(cr, "remote write")) return fail("a write from %s did not complete", f.who);
+    if (env.nic.sourceWrites && cr.src != f.want)
+      return fail("a remote write from %s names writer %llu; expected %llu", f.who, static_cast<unsigned long long>(cr.src), static_cast<unsigned long long>(f.want));
+    if (!env.nic.source && cr.src != ~0ULL) return fail("without FI_SOURCE a remote write names writer %llu", static_cast<unsigned long long>(cr.src));
+    if (f.s == &c)
+      fact("FI_SOURCE %s: a remote write's completion names writer %lld (its AV id %llu)", env.nic.source ? "granted" : "not granted",
+           cr.src == ~0ULL ? -1LL : static_cast<long long>(cr.src), static_cast<unsigned long long>(f.want));
+  }
+  return true;
+}
+
 // One message each way, so that connection set-up (tcp connects at the first send) is done.
 bool warmUp(const Env& env, Pair& p) {
   Buf b(env, 64);
@@ -767,6 +825,10 @@ int scenarioInproc() {
     Pair p;
     if (makePair(env, &p) && testManySends(env, p, 20000, 512, true)) pass("20000 small sends (forcing kOfiAgain)");
   }
+  if (testSources(env))
+    pass("%s", env.nic.source ? (env.nic.sourceWrites ? "FI_SOURCE: messages and remote writes name their sender's AV id, an unknown sender none"
+                                                        : "FI_SOURCE: messages name their sender's AV id, an unknown sender none (remote writes not checked)")
+                              : "no FI_SOURCE: completions name no sender");
   if (testBadKey(env)) pass("RMA with a wrong key: reported as the provider does it");
   if (testTruncation(env)) pass("a receive smaller than its message: reported as the provider does it");
   if (testCloseInFlight(env)) pass("close with receives, writes and sends in flight: bounded, no stale completion");

@@ -105,6 +105,15 @@ export abstract class OfiComm {
     }
   }
 
+  /**
+   * Whether src, an id in the address vector of this endpoint's NIC nic, is this comm's peer on
+   * a rail that uses that NIC (FI_SOURCE: who sent a message or remote write naming this comm).
+   */
+  sentBy(nic: number, src: number): boolean {
+    for (let l = 0; l < this.rails; l++) if (this.nic[l] === nic && this.peer[l] === src) return true;
+    return false;
+  }
+
   /** The peer showed a sign of life. */
   heard(): void {
     this.heardAt = this.ep.now;

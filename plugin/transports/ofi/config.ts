@@ -45,6 +45,12 @@ export interface OfiConfig {
    * kernel and the GPUs allow it; off with OFI_NCCL_DISABLE_DMABUF=1, as in aws-ofi-nccl.
    */
   dmabuf: boolean;
+  /**
+   * TSNET_OFI_CHECK_SENDER: ask the provider for FI_SOURCE, so that a message or remote write
+   * that names a comm is taken only from that comm's peer (endpoint.ts, "senders"); where the
+   * provider cannot say, nothing is checked and the INFO line says so.
+   */
+  checkSender: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -66,6 +72,7 @@ export const OFI_DEFAULTS: OfiConfig = {
   gpuIpc: false,
   cudaApi: false,
   dmabuf: true,
+  checkSender: true,
 };
 
 function int(env: Env, name: string, min: number, max: number): number | undefined {
@@ -147,5 +154,9 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const dmabuf = noDmabuf === undefined ? d.dmabuf : !noDmabuf;
   if (!dmabuf) note('DMA-BUF registration of GPU memory', 'off', 'OFI_NCCL_DISABLE_DMABUF', true);
 
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, forceRails, bouncePosted, flush, gpuIpc, cudaApi, dmabuf }, lines };
+  const sender = bool(env, 'TSNET_OFI_CHECK_SENDER');
+  const checkSender = sender ?? d.checkSender;
+  if (!checkSender) note('senders checked (FI_SOURCE)', false, 'TSNET_OFI_CHECK_SENDER', true);
+
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, forceRails, bouncePosted, flush, gpuIpc, cudaApi, dmabuf, checkSender }, lines };
 }

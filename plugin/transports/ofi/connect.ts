@@ -15,6 +15,12 @@ import { type Connect, decodeConnect, decodeHandle, encodeHandle } from './wire'
 /** A failed CONNECT is sent again after RETRY_MS; one with no answer after RESEND_MS. */
 const RETRY_MS = 20;
 const RESEND_MS = 500;
+/**
+ * Receive comms a listener holds for accept at most: a connector beyond them is refused (it
+ * times out), so that CONNECTs with ever new nonces cannot take every comm id of the endpoint.
+ * NCCL accepts one comm per listener.
+ */
+export const MAX_UNACCEPTED = 256;
 
 /** Names the connector a CONNECT comes from: its endpoint's name on NIC 0, its comm id and nonce. */
 export const connectKey = (c: Connect): string => `${Buffer.from(c.names[0]).toString('hex')}/${c.comm}/${c.connectorNonce}`;
@@ -36,6 +42,7 @@ export class OfiListener {
   private readonly nonce: number;
   private readonly ready: OfiRecvComm[] = [];
   private closed = false;
+  private toldFull = false;
 
   constructor(
     private readonly ep: OfiEndpoint,
@@ -66,6 +73,11 @@ export class OfiListener {
     if (typeof c === 'string') return log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${c}`);
     if (c.listenerNonce !== this.nonce) return log.warn(`${this.ep.name} listener ${this.id}: refused a connection with a stale handle (wrong nonce)`);
     if (answerAgain(this.ep, c)) return;
+    if (this.ready.length >= MAX_UNACCEPTED) {
+      if (!this.toldFull) log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${MAX_UNACCEPTED} connections already wait for accept (further ones are refused without a WARN)`);
+      this.toldFull = true;
+      return;
+    }
     let comm: OfiRecvComm;
     try {
       comm = new OfiRecvComm(this.ep, c);

@@ -3,7 +3,8 @@
 // that immediate data names. Completions of every rail come in here and are routed by token
 // (local operations, posted receives) or by the comm id in the immediate data (remote
 // writes, messages). A comm id is reused only after every other id was, and not within the
-// quarantine after its comm closed, so late writes for a closed comm find no one.
+// quarantine after its comm closed, so late writes for a closed comm find no one. Where the
+// provider names senders (FI_SOURCE), what names a comm is taken only from that comm's peer.
 import { internalError, remoteError, systemError } from '../../errors';
 import { log } from '../../log';
 import { BouncePool, bounceId, isBounceToken } from './bounce';
@@ -21,6 +22,9 @@ import type { OfiSendComm } from './send-comm';
 import { ECANCELED, statusName } from './status';
 import { ACCEPT_BYTES, BOOT_ID_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, decodeConnect, immComm, msgId, msgKind } from './wire';
 import { monoMs } from '../../clock';
+
+/** WARNs for messages and writes from senders that are not the named comm's peer; then only stats.foreign. */
+const FOREIGN_WARNINGS = 8;
 
 export interface EndpointOptions {
   config: OfiConfig;
@@ -89,7 +93,18 @@ export class OfiEndpoint {
   readonly timeoutMs: number;
   /** The clock as of the last completion batch or tick. */
   now: number;
-  readonly stats = { staleWrites: 0, staleMessages: 0, staleOps: 0 };
+  /**
+   * stale*: for a closed comm; foreign: dropped, from a sender that is not the named comm's
+   * peer; unnamed: passed, from AV id 0 where the comm's peer is another endpoint (fromPeer).
+   */
+  readonly stats = { staleWrites: 0, staleMessages: 0, staleOps: 0, foreign: 0, unnamed: 0 };
+  /**
+   * Every rail names the senders of its messages (FI_SOURCE): a message that names a comm counts
+   * only when its sender is that comm's peer on the rail it came in on.
+   */
+  readonly checkSenders: boolean;
+  /** The same for remote writes with immediate data, where every rail names their senders too. */
+  readonly checkWriters: boolean;
   /**
    * TSNET_TRACE: the time (µs) and I/O thread of the completion being handled, for the comms'
    * trace steps; 0 outside a completion batch or when not tracing.
@@ -155,6 +170,10 @@ export class OfiEndpoint {
     this.peers = rails.map(() => new Map());
     this.selfPeer = new Int32Array(rails.length);
     rails.forEach((r, i) => (this.selfPeer[i] = this.peerId(i, r.name)));
+    // The endpoint itself is AV id 0 on every rail (FI_AV_TABLE numbers from 0): the id shm of
+    // libfabric 1.17 gives a sender it cannot name (fromPeer), and rxm a remote write's writer.
+    this.checkSenders = rails.every((r) => r.source === true) && this.selfPeer.every((id) => id === 0);
+    this.checkWriters = this.checkSenders && rails.every((r) => r.sourceWrites === true);
     this.line = this.allocShared(LINE_BYTES);
     this.flushScratch = opts.flushScratch ?? null;
     this.gpuEager = opts.gpuEager ?? true;
@@ -382,6 +401,30 @@ export class OfiEndpoint {
 
   // ---- completion routing -----------------------------------------------------------------
 
+  /**
+   * Whether c, which names comm, may have come from comm's peer (always so where senders are not
+   * checked). AV id 0, the endpoint itself, cannot tell: shm of libfabric 1.17 names a sender
+   * it does not know so, and also a peer whose first message came before its address was
+   * inserted, for good (docs/ofi-facts.md); it passes and is counted. A sender that is not the
+   * peer is counted and dropped: the first few with a WARN.
+   */
+  private fromPeer(r: number, c: Completion, comm: OfiComm, what: string): boolean {
+    if (!(c.flags & CqFlag.REMOTE_WRITE ? this.checkWriters : this.checkSenders)) return true;
+    const src = c.src ?? -1;
+    if (comm.sentBy(r, src)) return true;
+    if (src === 0) {
+      this.stats.unnamed++;
+      return true;
+    }
+    const n = ++this.stats.foreign;
+    if (n <= FOREIGN_WARNINGS)
+      log.warn(
+        `${this.name}: rail ${r}: ${what} for ${comm.name} from ${c.src === undefined || c.src < 0 ? 'a sender not in the address vector' : `peer ${c.src}`}, which is not its peer; dropped` +
+          (n === FOREIGN_WARNINGS ? ' (further ones are only counted)' : ''),
+      );
+    return false;
+  }
+
   // A posted receive completed: a message, or (FI_RX_CQ_DATA) a remote write that consumed it.
   private onReceive(r: number, c: Completion): void {
     const id = bounceId(c.token);
@@ -411,7 +454,8 @@ export class OfiEndpoint {
     switch (msgKind(c.imm)) {
       case MsgKind.EAGER: {
         const comm = this.comms[to];
-        if (comm && comm.isRecv) (comm as OfiRecvComm).onEager(r, id, c.len);
+        if (comm && comm.isRecv && this.fromPeer(r, c, comm, 'an eager message')) (comm as OfiRecvComm).onEager(r, id, c.len);
+        else if (comm && comm.isRecv) this.pool.release(id);
         else {
           this.stats.staleMessages++;
           this.pool.release(id);
@@ -433,8 +477,9 @@ export class OfiEndpoint {
         const comm = this.comms[to];
         const view = this.pool.bytes(id).subarray(this.pool.offset(id), this.pool.offset(id) + c.len);
         try {
-          if (comm && !comm.isRecv) (comm as OfiSendComm).onAccept(view);
-          else this.stats.staleMessages++;
+          if (comm && !comm.isRecv) {
+            if (this.fromPeer(r, c, comm, 'an accept message')) (comm as OfiSendComm).onAccept(view);
+          } else this.stats.staleMessages++;
         } finally {
           this.pool.release(id);
         }
@@ -442,8 +487,9 @@ export class OfiEndpoint {
       }
       case MsgKind.HEARTBEAT: {
         const comm = this.comms[to];
-        if (comm) comm.heard();
-        else this.stats.staleMessages++;
+        if (comm) {
+          if (this.fromPeer(r, c, comm, 'a heartbeat')) comm.heard();
+        } else this.stats.staleMessages++;
         this.pool.release(id);
         return;
       }
@@ -459,8 +505,9 @@ export class OfiEndpoint {
       return;
     }
     const comm = this.comms[immComm(c.imm)];
-    if (comm) comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
-    else this.stats.staleWrites++;
+    if (comm) {
+      if (this.fromPeer(r, c, comm, 'a remote write')) comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
+    } else this.stats.staleWrites++;
   }
 
   private onOp(r: number, c: Completion): void {

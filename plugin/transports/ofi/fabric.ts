@@ -87,6 +87,13 @@ export interface Rail {
   readonly cqDataBytes: number;
   /** FI_RX_CQ_DATA: a remote write with immediate data consumes a posted receive. */
   readonly rxCqData: boolean;
+  /**
+   * FI_SOURCE granted: the completion of a message names its sender (Completion.src). Absent or
+   * false: completions name none.
+   */
+  readonly source?: boolean;
+  /** source, and the completion of a remote write with immediate data names its sender too. */
+  readonly sourceWrites?: boolean;
 }
 
 /** One completion-queue entry (fi_cq_data_entry, or fi_cq_err_entry when status < 0). */
@@ -103,6 +110,12 @@ export interface Completion {
   imm: number;
   /** Its high 32 bits, where the provider carries 8 bytes; else 0. */
   immHi?: number;
+  /**
+   * Rails with source: the sender of a message (and with sourceWrites, of a remote write), as
+   * its id in this rail's address vector (insertPeer's numbers); -1 when the sender is not in
+   * it (FI_ADDR_NOTAVAIL) or the completion is an error.
+   */
+  src?: number;
   /** The provider's words for an error (fi_cq_strerror). */
   error?: string;
   /** TSNET_TRACE: when the I/O thread read it (µs, CLOCK_MONOTONIC), else 0; and which I/O thread. */

@@ -49,6 +49,10 @@ export interface OfiNicInfo {
   virtAddr: boolean;
   mrLocal: boolean;
   rxCqData: boolean;
+  /** FI_SOURCE granted: completions of messages name their sender. */
+  source: boolean;
+  /** source, and completions of remote writes name theirs too (shm; rxm names none). */
+  sourceWrites: boolean;
   autoProgress: boolean;
   maxMsgSize: number;
   injectSize: number;
@@ -58,7 +62,7 @@ export interface OfiNicInfo {
 
 /** The engine's libfabric functions (native/engine/engine_ofi.cc). */
 export interface OfiBinding extends EngineBinding {
-  ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean; dmabuf?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
+  ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean; dmabuf?: boolean; source?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
   /** skipped: region names shm refused as in use by this pid (left by a killed process with the same pid), passed by. */
   ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array; skipped?: number };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
@@ -115,11 +119,13 @@ export class NativeRail implements Rail, CqeHandler {
   readonly maxMsgSize: number;
   readonly cqDataBytes: number;
   readonly rxCqData: boolean;
+  readonly source: boolean;
+  readonly sourceWrites: boolean;
   private readonly lane: number;
   /** The I/O thread that owns the endpoint. */
   readonly thread: number;
   private readonly link: number;
-  private readonly one: Completion = { token: 0, status: 0, flags: 0, len: 0, imm: 0, immHi: 0 };
+  private readonly one: Completion = { token: 0, status: 0, flags: 0, len: 0, imm: 0, immHi: 0, src: -1 };
   private readonly batch: Completion[] = [this.one];
   private closed = false;
   private readonly pendingDeregs: PendingDereg[] = [];
@@ -147,6 +153,8 @@ export class NativeRail implements Rail, CqeHandler {
     this.maxMsgSize = info.maxMsgSize;
     this.cqDataBytes = info.cqDataBytes;
     this.rxCqData = info.rxCqData;
+    this.source = info.source === true;
+    this.sourceWrites = this.source && info.sourceWrites === true;
   }
 
   insertPeer(name: Uint8Array): number {
@@ -250,8 +258,9 @@ export class NativeRail implements Rail, CqeHandler {
     this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_READ, addr, len, desc, peer, raddr, keyLo, keyHi, -1);
   }
 
-  onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number): void {
+  onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number, src: number): void {
     const c = this.one;
+    c.src = src;
     c.time = time;
     c.io = io;
     c.immHi = immHi;

@@ -181,6 +181,12 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     super.onOpError(kind, rail, c, a);
   }
 
+  /** Before the ACCEPT, only the listener's endpoint (NIC 0) may speak to this comm. */
+  override sentBy(nic: number, src: number): boolean {
+    if (this.connected) return super.sentBy(nic, src);
+    return nic === 0 && this.connectTo !== undefined && src === this.connectTo.peer;
+  }
+
   /** The listener's answer: the receiver's comm id, rails and eager capacity. */
   onAccept(bytes: Uint8Array): void {
     if (this.connected || this.closed) return;
