@@ -8,6 +8,13 @@ import { log } from '../log';
 import { CQE, OP_RX, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
 import { monoMs } from '../clock';
 
+/**
+ * An address passed as hi * ADDR_SPLIT + lo: two small integers. A computed address above 2^30
+ * is a heap number wherever it crosses a call V8 did not inline, which for a receive posted per
+ * message was 16 bytes of garbage per message over libfabric shm (test/integration/tcp.test.ts).
+ */
+export const ADDR_SPLIT = 2 ** 24;
+
 /** What a link of this thread is told by the engine. */
 export interface CqeHandler {
   /**
@@ -156,6 +163,35 @@ class SubRing {
     raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
     this.fillOfi(lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
     this.advance();
+  }
+
+  /**
+   * A libfabric receive (TSN_SUB_OFI_RECV) into [hi * ADDR_SPLIT + lo, +len) with registration
+   * mr, written and published here: putOfi() of a receive without a call that takes the address
+   * as one number.
+   */
+  putOfiRecv(lane: number, link: number, op: number, hi: number, lo: number, len: number, mr: number): void {
+    const b = RING.bytes + (this.tail & this.mask) * SUB.bytes;
+    const w = b >> 2;
+    const d = b >> 3;
+    const u32 = this.u32;
+    u32[w] = lane;
+    u32[w + 1] = link;
+    u32[w + 2] = op;
+    this.u16[(b + SUB.kind) >> 1] = SubKind.OFI_RECV;
+    this.u16[(b + SUB.inlineLen) >> 1] = 0;
+    this.f64[d + 2] = hi * ADDR_SPLIT + lo;
+    this.f64[d + 3] = len;
+    this.f64[d + 4] = 0;
+    u32[w + (SUB.rkeyLo >> 2)] = 0;
+    u32[w + (SUB.rkeyHi >> 2)] = 0;
+    u32[w + (SUB.imm >> 2)] = 0;
+    u32[w + (SUB.flags >> 2)] = 0;
+    u32[w + (SUB.aux >> 2)] = 0;
+    u32[w + (SUB.mr >> 2)] = mr;
+    u32[w + (SUB.inl >> 2)] = 0;
+    this.tail = (this.tail + 1) >>> 0;
+    this.dirty = true;
   }
 
   /** Writes a libfabric record at the tail without publishing it (putOfi() = fillOfi() + advance()). */
@@ -379,6 +415,13 @@ export class Port {
     this.localCount = 0;
     this.completions += count;
     return count;
+  }
+
+  /** Queues a libfabric receive into [hi * ADDR_SPLIT + lo, +len), as submitOfi() does (putOfiRecv). */
+  submitOfiRecv(t: number, lane: number, link: number, op: number, hi: number, lo: number, len: number, mr: number): void {
+    const r = this.subs[t];
+    if (r.overflow.length === 0 && r.room() > 0) r.putOfiRecv(lane, link, op, hi, lo, len, mr);
+    else this.submitOfi(t, lane, link, op, SubKind.OFI_RECV, hi * ADDR_SPLIT + lo, len, mr, 0, 0, 0, 0, -1);
   }
 
   /**

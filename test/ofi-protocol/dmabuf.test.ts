@@ -31,7 +31,7 @@ function fakeEngine() {
     ofiLastError: () => '',
     ioClose: () => ({ partial: false, hard: false }),
   } as unknown as OfiBinding;
-  const port = { addLink: () => 1, removeLink: () => {}, submitOfi: () => {}, flush: () => {} } as unknown as Port;
+  const port = { addLink: () => 1, removeLink: () => {}, submitOfi: () => {}, submitOfiRecv: () => {}, flush: () => {} } as unknown as Port;
   return { regs, binding, port };
 }
 

@@ -36,7 +36,7 @@ function fakeEngine() {
     ioClose: (lane: number) => (closed.push(lane), { partial: false, hard: false }),
   } as unknown as OfiBinding;
   let links = 0;
-  const port = { addLink: () => links++, removeLink: () => {}, submitOfi: () => {}, flush: () => {} } as unknown as Port;
+  const port = { addLink: () => links++, removeLink: () => {}, submitOfi: () => {}, submitOfiRecv: () => {}, flush: () => {} } as unknown as Port;
   return { rails, closed, binding, port };
 }
 

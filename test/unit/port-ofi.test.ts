@@ -5,7 +5,7 @@
 // refusal). What the engine does with it (an inject, engine_ofi.cc) runs under the C driver
 // over real libfabric (test/driver/ofi.test.ts).
 import { describe, expect, it } from 'vitest';
-import { type CqeHandler, Port } from '../../plugin/engine/port';
+import { ADDR_SPLIT, type CqeHandler, Port } from '../../plugin/engine/port';
 import { CQE, RING, SUB, SUB_F_IMM, SubKind } from '../../plugin/engine/records';
 import { ringBuffer as makeRing } from './helpers';
 
@@ -169,5 +169,43 @@ describe('Port.submitOfiNow', () => {
     port.flush();
     expect(e.calls).toEqual([]);
     expect(e.published()).toBe(1);
+  });
+});
+
+describe('Port.submitOfiRecv', () => {
+  /** Record i of the submission ring, as the I/O thread reads it. */
+  const record = (e: FakeEngine, i: number): number[] => {
+    const b = RING.bytes + (i & (RECORDS - 1)) * SUB.bytes;
+    return Array.from(new Uint8Array(e.sub, b, SUB.bytes));
+  };
+
+  it('writes the record submitOfi writes for a receive, for addresses up to 2^47 passed as two small integers', () => {
+    const { e, port, link } = setup();
+    const addrs = [0x1000, 0x7fff_f000_1234, 2 ** 47 - 64, 0x5555_5555_5550];
+    for (const [k, a] of addrs.entries()) {
+      const hi = Math.floor(a / ADDR_SPLIT);
+      port.submitOfiRecv(0, 3, link, 100 + k, hi, a - hi * ADDR_SPLIT, 8256, 9);
+      port.submitOfi(0, 3, link, 100 + k, SubKind.OFI_RECV, a, 8256, 9, 0, 0, 0, 0, -1);
+    }
+    port.flush();
+    expect(e.published()).toBe(2 * addrs.length);
+    for (let k = 0; k < addrs.length; k++) {
+      expect(record(e, 2 * k), `address 0x${addrs[k].toString(16)}`).toEqual(record(e, 2 * k + 1));
+      expect(new Float64Array(e.sub, RING.bytes + 2 * k * SUB.bytes + SUB.addr, 1)[0]).toBe(addrs[k]);
+    }
+  });
+
+  it('with the ring full, queues behind what waits, in order, as submitOfi does', () => {
+    const { e, port, link } = setup();
+    for (let i = 0; i < RECORDS; i++) port.submitOfi(0, 1, link, i, SubKind.OFI_RECV, 0x2000, 64, 1, 0, 0, 0, 0, -1);
+    port.submitOfiRecv(0, 1, link, 500, 3, 0x10, 64, 1); // no room: queued
+    port.flush();
+    expect(e.published()).toBe(RECORDS);
+    e.take();
+    port.flush();
+    expect(e.published()).toBe(RECORDS + 1);
+    const f64 = new Float64Array(e.sub, RING.bytes + (RECORDS & (RECORDS - 1)) * SUB.bytes, SUB.bytes / 8);
+    expect(f64[SUB.addr / 8]).toBe(3 * ADDR_SPLIT + 0x10);
+    expect(new Uint32Array(e.sub, RING.bytes + (RECORDS & (RECORDS - 1)) * SUB.bytes, SUB.bytes / 4)[SUB.op / 4]).toBe(500);
   });
 });
