@@ -10,8 +10,10 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../embed/host.h"
@@ -69,10 +71,53 @@ static std::set<ListenComm*>& liveListens() {
   return *s;
 }
 
+// The memory of handles of one kind that left their quarantine: a new handle of that kind
+// takes it (make), and it never goes back to the allocator. A handle NCCL kept past the
+// quarantine so still points at a T, whose magic says dead or names the newer handle, never
+// at freed memory (under AddressSanitizer, the driver's stale scenario read freed memory
+// before).
+template <typename T>
+struct Recycled {
+  std::mutex mu;
+  std::vector<T*> free;
+};
+template <typename T>
+static Recycled<T>& recycled() {
+  static Recycled<T>* r = new Recycled<T>();
+  return *r;
+}
+
+// Memory of a handle never given out (its call failed): back to the others at once. Its memory
+// may be a recycled handle's that NCCL still holds, so it is never deleted either.
+template <typename T>
+static void recycle(T* p) {
+  p->magic = kMagicDead;
+  Recycled<T>& r = recycled<T>();
+  std::lock_guard<std::mutex> g(r.mu);
+  r.free.push_back(p);
+}
+
+// A new handle, value-initialised from args, in recycled memory where some is free.
+template <typename T, typename... Args>
+static T* make(Args&&... args) {
+  Recycled<T>& r = recycled<T>();
+  T* p = nullptr;
+  {
+    std::lock_guard<std::mutex> g(r.mu);
+    if (!r.free.empty()) {
+      p = r.free.back();
+      r.free.pop_back();
+    }
+  }
+  if (!p) return new T{std::forward<Args>(args)...};
+  p->~T();
+  return new (p) T{std::forward<Args>(args)...};
+}
+
 // Runs on the comm's protocol thread (inside hostCall): the plugin learns where the comm's
 // slot states live. A failure leaves no comm behind.
 static Comm* newComm(uint32_t magic, uint32_t jsId, int thread, Ctx* ctx) {
-  Comm* c = new Comm();
+  Comm* c = make<Comm>();
   c->magic = magic;
   c->jsId = jsId;
   c->thread = thread;
@@ -84,7 +129,7 @@ static Comm* newComm(uint32_t magic, uint32_t jsId, int thread, Ctx* ctx) {
   }
   if (jsAttachComm(c) != TSN_SUCCESS) {
     jsCloseComm(c);
-    delete c;
+    recycle(c);
     return nullptr;
   }
   std::lock_guard<std::mutex> g(liveMu());
@@ -95,8 +140,8 @@ static Comm* newComm(uint32_t magic, uint32_t jsId, int thread, Ctx* ctx) {
 // A handle NCCL gave back (a closed comm, a finalized context, a deregistered region, a closed
 // listener) keeps its memory for a while, its magic dead: a stale call (a request of it tested
 // after an abort, a second close) gets an error, and no later handle takes its address and is
-// acted on in its place. The oldest goes after kQuarantine more of its kind, so repeated
-// cycles hold bounded memory.
+// acted on in its place. The oldest is recycled (make) after kQuarantine more of its kind, so
+// repeated cycles hold bounded memory.
 template <typename T, size_t kQuarantine>
 static void quarantine(T* p) {
   static std::mutex* mu = new std::mutex();
@@ -111,7 +156,7 @@ static void quarantine(T* p) {
       dead->pop_front();
     }
   }
-  delete old;
+  if (old) recycle(old);
 }
 
 static void retireComm(Comm* c) {
@@ -202,10 +247,10 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
   int trafficClass = config ? config->trafficClass : -1;
   rc = hostCall(0, [&] { return jsInit(commId, trafficClass, legacy, &id, &warmup); }, "init");
   if (rc != TSN_SUCCESS) return rc;
-  Ctx* c = new Ctx{kMagicCtx, id};
+  Ctx* c = make<Ctx>(kMagicCtx, id);
   if (legacy) {
     Ctx* expected = nullptr;
-    if (!g_legacy.compare_exchange_strong(expected, c)) delete c;
+    if (!g_legacy.compare_exchange_strong(expected, c)) recycle(c);
   } else {
     *ctx = c;
   }
@@ -232,7 +277,7 @@ tsn_result_t tsn_listen(void* ctx, int dev, void* handle, void** listenComm) {
     uint32_t id = 0;
     tsn_result_t rc = jsListen(c->jsId, dev, handle, &id);
     if (rc == TSN_SUCCESS) {
-      auto* l = new ListenComm{kMagicListen, id, thread, c};
+      auto* l = make<ListenComm>(kMagicListen, id, thread, c);
       std::lock_guard<std::mutex> g(liveMu());
       liveListens().insert(l);
       *listenComm = l;
@@ -301,11 +346,10 @@ static tsn_result_t regMr(const char* what, void* comm, void* data, size_t size,
   constexpr size_t kMaxHostView = size_t(1) << 32;
   if (type == TSN_PTR_HOST && size > kMaxHostView)
     FAIL(TSN_INVALID_ARGUMENT, "%s: %zu bytes of host memory: tsnet registers at most 4 GiB of host memory in one region", what, size);
-  Mr* mr = new Mr{kMagicMr, 0, static_cast<char*>(data), size, c, nullptr};
+  Mr* mr = make<Mr>(kMagicMr, 0u, static_cast<char*>(data), size, c, nullptr);
   tsn_result_t rc = hostCall(c->thread, [&] { return jsRegMr(c, data, size, type, mr, fd, offset); }, what);
   if (rc != TSN_SUCCESS) {
-    mr->magic = kMagicDead;
-    delete mr;
+    recycle(mr);
     return rc;
   }
   *mhandle = mr;
