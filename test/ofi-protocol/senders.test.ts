@@ -2,9 +2,10 @@
 // comm is taken only from that comm's peer. A stranger that reaches the endpoint (another
 // process on the fabric, in the address vector or not) and names a comm by its id could
 // otherwise fail it, complete its receives, keep a dead peer's comm looking alive, or break a
-// connect. Each case runs with the fake provider naming senders, and again without (the
+// connect. Each such case runs with the fake provider naming senders, and again without (the
 // stranger's input then reaches the comm, as with a provider that cannot say), so that every
-// test shows the check is what stops it.
+// test shows the check is what stops it. The last test bounds the connections a listener holds
+// for accept.
 import { describe, expect, it } from 'vitest';
 import { LogLevel } from '../../plugin/abi';
 import { MAX_UNACCEPTED } from '../../plugin/transports/ofi/connect';
