@@ -6,7 +6,7 @@
 // ms; ioClose(B) gives up meanwhile, B's memory is "given back" (overwritten), and after the
 // stall the completions B's link got, and whether that memory was written, are printed.
 import { SubKind } from '../../plugin/engine/records';
-import { ofiRailPair } from './ofi-pair';
+import { forgetShm, ofiRailPair } from './ofi-pair';
 
 const provider = process.argv[2] || 'tcp';
 const STALL = 1500;
@@ -40,6 +40,7 @@ async function main(): Promise<void> {
   port.poll();
   const intact = bBytes.every((x) => x === 0x55);
   console.log(JSON.stringify({ closeMs, closed, completionsBefore: before, completionsAfterClose: got.b - before, sendsDone: got.a, intact }));
+  forgetShm();
   process.exit(0);
 }
 

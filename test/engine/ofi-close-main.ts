@@ -4,7 +4,7 @@
 // A sends three 64-byte messages, so that B's queue holds two completions and then the third
 // receive's truncation error when B is closed. Prints {"closeMs": ...} and exits 0.
 import { SubKind } from '../../plugin/engine/records';
-import { ofiRailPair } from './ofi-pair';
+import { forgetShm, ofiRailPair } from './ofi-pair';
 
 const provider = process.argv[2] || 'tcp';
 const lastRecv = Number(process.argv[3] || 4);
@@ -25,6 +25,7 @@ async function main(): Promise<void> {
   const t0 = performance.now();
   ofi.ioClose(b.lane, false);
   console.log(JSON.stringify({ closeMs: Math.round(performance.now() - t0) }));
+  forgetShm();
   process.exit(0);
 }
 

@@ -1,5 +1,7 @@
 // Two libfabric rails of NIC 0 on I/O threads 0 and 1 of the real engine, each the other's
 // peer, with 4 KiB of registered memory each: the setup of the ofi-*-main.ts children.
+import * as fs from 'fs';
+import * as path from 'path';
 import type { Port } from '../../plugin/engine/port';
 import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
 import { engine, portOf } from './helpers';
@@ -17,4 +19,15 @@ export function ofiRailPair(provider: string, links: (port: Port) => [number, nu
   const peerB = ofi.ofiInsertPeer(a.lane, b.name);
   ofi.ofiInsertPeer(b.lane, a.name);
   return { ofi, port, a, b, linkA, linkB, peerB, ma: ofi.ofiAlloc(a.lane, 4096), mb: ofi.ofiAlloc(b.lane, 4096) };
+}
+
+/**
+ * Removes what libfabric's shm left in /dev/shm under this process's pid (endpoints these
+ * children never close), before the child exits: a later process given the same pid would
+ * meet those files (shm refuses the name; the bench counts them as its own). Returns how many.
+ */
+export function forgetShm(): number {
+  const mine = fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`${process.pid}:`));
+  for (const f of mine) fs.rmSync(path.join('/dev/shm', f), { force: true });
+  return mine.length;
 }

@@ -7,6 +7,7 @@ import type { CqeHandler } from '../../plugin/engine/port';
 import { SubKind } from '../../plugin/engine/records';
 import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
 import { engine, portOf, sleep } from './helpers';
+import { forgetShm } from './ofi-pair';
 
 const provider = process.argv[2] || 'tcp';
 const known = process.argv[3] === 'known';
@@ -42,7 +43,11 @@ async function main(): Promise<void> {
     await sleep(5);
   }
   const of = (imm: number) => seen.find((s) => s.imm === imm)?.src ?? -2;
-  console.log(JSON.stringify({ source: opened.nics[0].source, sourceWrites: opened.nics[0].sourceWrites, self, idA, idC, fromA: of(0x111), fromC: of(0x222), writeFromA: of(0x333) }));
+  // The endpoints close (shm removes its regions in /dev/shm then); whatever a region of this
+  // process is still there goes too, or a later process given this pid would meet it.
+  for (const r of [a, b, c]) ofi.ioClose(r.lane, false);
+  const left = forgetShm();
+  console.log(JSON.stringify({ source: opened.nics[0].source, sourceWrites: opened.nics[0].sourceWrites, self, idA, idC, fromA: of(0x111), fromC: of(0x222), writeFromA: of(0x333), leftRegions: left }));
   process.exit(0);
 }
 

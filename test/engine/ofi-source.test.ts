@@ -19,6 +19,8 @@ interface Seen {
   fromA: number;
   fromC: number;
   writeFromA: number;
+  /** Regions of the child's in /dev/shm after its endpoints closed (removed then). */
+  leftRegions: number;
 }
 
 async function run(provider: string, known: boolean): Promise<Seen> {
@@ -45,5 +47,6 @@ describe.skipIf(!!missing || !HAVE_LIBFABRIC)('engine: the sender of each libfab
       const u = await run(provider, false);
       expect(u.fromA).toBe(u.idA);
       expect(u.fromC).toBe(provider === 'tcp' ? -1 : 0);
+      expect([k.leftRegions, u.leftRegions]).toEqual([0, 0]); // closing the endpoints removed shm's regions
     }, 60_000);
 });
