@@ -4,6 +4,7 @@
 // transport asks the native engine for, not what libfabric does (test/driver/ofi.test.ts runs
 // a repeated NIC through shm).
 import { afterEach, describe, expect, it } from 'vitest';
+import type { OfiEndpoint } from '../../plugin/transports/ofi/endpoint';
 import type { Config } from '../../plugin/config';
 import type { Port } from '../../plugin/engine/port';
 import { setLogSink } from '../../plugin/log';
@@ -83,6 +84,23 @@ describe('endpoints per rail', () => {
     t.listen(0);
     t.release();
     expect(closed.sort()).toEqual(rails.map((_r, i) => i + 1));
+  });
+
+  it('release says at INFO how many inputs the sender check dropped and let pass unnamed; nothing when none', () => {
+    const lines: string[] = [];
+    setLogSink((_level, _flags, msg) => lines.push(msg));
+    const a = transport([nic('shm')], 0);
+    a.t.listen(0);
+    const ep = (a.t as unknown as { endpoints: (OfiEndpoint | undefined)[] }).endpoints[0]!;
+    ep.stats.foreign = 3;
+    ep.stats.unnamed = 7;
+    a.t.release();
+    const b = transport([nic('tcp')], 0);
+    b.t.listen(0);
+    b.t.release();
+    expect(lines.filter((l) => l.includes('were dropped'))).toEqual([
+      "ofi shm: 3 message(s) and write(s) from senders that were not the named comm's peer were dropped; 7 named AV id 0 (not known to the provider) passed",
+    ]);
   });
 
   it('the INFO line names the rails, the NICs and the I/O threads', () => {

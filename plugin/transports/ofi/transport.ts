@@ -405,6 +405,9 @@ export class OfiTransport implements Transport {
     this.endpoints.forEach((ep, dev) => {
       if (!ep) return;
       this.endpoints[dev] = undefined;
+      const { foreign, unnamed } = ep.stats;
+      if (foreign || unnamed)
+        log.info(`${ep.name}: ${foreign} message(s) and write(s) from senders that were not the named comm's peer were dropped; ${unnamed} named AV id 0 (not known to the provider) passed`);
       ep.close();
       for (const r of this.railsOf[dev]) r.close();
       ep.freeMemory();
