@@ -168,6 +168,14 @@ static void retireComm(Comm* c) {
   quarantine<Comm, 64>(c);  // its slots: the largest handle
 }
 
+static void retireListen(ListenComm* l) {
+  {
+    std::lock_guard<std::mutex> g(liveMu());
+    liveListens().erase(l);
+  }
+  quarantine<ListenComm, 1024>(l);
+}
+
 // The protocol thread for a new listener: round robin over the running ones.
 static int pickThread() {
   static std::atomic<unsigned> next{0};
@@ -485,11 +493,7 @@ tsn_result_t tsn_close_listen(void* listenComm) {
   ListenComm* l = handleOf<ListenComm>(listenComm, kMagicListen);
   if (!l) FAIL(TSN_INVALID_ARGUMENT, "closeListen: %p is not a listen comm", listenComm);
   tsn_result_t rc = hostCall(l->thread, [&] { return jsCloseListen(l->jsId); }, "closeListen");
-  {
-    std::lock_guard<std::mutex> g(liveMu());
-    liveListens().erase(l);
-  }
-  quarantine<ListenComm, 1024>(l);
+  retireListen(l);
   return rc;
 }
 
@@ -513,13 +517,12 @@ tsn_result_t tsn_finalize(void* ctx) {
       if (x->ctx == c) comms.push_back(x);
     for (ListenComm* x : liveListens())
       if (x->ctx == c) listens.push_back(x);
-    for (ListenComm* x : listens) liveListens().erase(x);
   }
   if (!comms.empty() || !listens.empty())
     log(kLogInfo, "finalize: %zu comm(s) and %zu listener(s) of the context were still open; their handles are closed", comms.size(),
         listens.size());
   for (Comm* x : comms) retireComm(x);
-  for (ListenComm* x : listens) quarantine<ListenComm, 1024>(x);
+  for (ListenComm* x : listens) retireListen(x);
   quarantine<Ctx, 1024>(c);
   return rc;
 }

@@ -118,17 +118,21 @@ class SubRing {
    * the caller fills the rest, then calls advance().
    */
   private begin(lane: number, link: number, op: number, kind: SubKind, inlineLen: number, addr: number, len: number): number {
+    const b = this.startRecord(lane, link, op, kind, inlineLen);
+    this.f64[(b >> 3) + 2] = addr;
+    this.f64[(b >> 3) + 3] = len;
+    return b;
+  }
+
+  /** begin() without the buffer: whose record it is and its kind. */
+  private startRecord(lane: number, link: number, op: number, kind: SubKind, inlineLen: number): number {
     const b = RING.bytes + (this.tail & this.mask) * SUB.bytes;
     const w = b >> 2;
-    const d = b >> 3;
-    const u32 = this.u32;
-    u32[w] = lane;
-    u32[w + 1] = link;
-    u32[w + 2] = op;
+    this.u32[w] = lane;
+    this.u32[w + 1] = link;
+    this.u32[w + 2] = op;
     this.u16[(b + SUB.kind) >> 1] = kind;
     this.u16[(b + SUB.inlineLen) >> 1] = inlineLen;
-    this.f64[d + 2] = addr;
-    this.f64[d + 3] = len;
     return b;
   }
 
@@ -171,15 +175,10 @@ class SubRing {
    * as one number.
    */
   putOfiRecv(lane: number, link: number, op: number, hi: number, lo: number, len: number, mr: number): void {
-    const b = RING.bytes + (this.tail & this.mask) * SUB.bytes;
+    const b = this.startRecord(lane, link, op, SubKind.OFI_RECV, 0);
     const w = b >> 2;
     const d = b >> 3;
     const u32 = this.u32;
-    u32[w] = lane;
-    u32[w + 1] = link;
-    u32[w + 2] = op;
-    this.u16[(b + SUB.kind) >> 1] = SubKind.OFI_RECV;
-    this.u16[(b + SUB.inlineLen) >> 1] = 0;
     this.f64[d + 2] = hi * ADDR_SPLIT + lo;
     this.f64[d + 3] = len;
     this.f64[d + 4] = 0;
@@ -190,8 +189,7 @@ class SubRing {
     u32[w + (SUB.aux >> 2)] = 0;
     u32[w + (SUB.mr >> 2)] = mr;
     u32[w + (SUB.inl >> 2)] = 0;
-    this.tail = (this.tail + 1) >>> 0;
-    this.dirty = true;
+    this.advance();
   }
 
   /** Writes a libfabric record at the tail without publishing it (putOfi() = fillOfi() + advance()). */

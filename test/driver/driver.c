@@ -1973,6 +1973,13 @@ static int pair_open(const Net* n, void* ctx, void** lc, void** sc, void** rc) {
   return check(*sc && *rc, "connect and accept gave a comm pair") ? 0 : -1;
 }
 
+// A receive of one buffer [buf, buf+size) with registration mh and tag on rc; its rc, *req the request.
+static tsn_result_t recv_one(const Net* n, void* rc, void* buf, size_t size, int tag, void* mh, void** req) {
+  void* d = buf;
+  *req = NULL;
+  return shim_irecv(n, rc, 1, &d, &size, &tag, &mh, req);
+}
+
 static void pair_close(const Net* n, void* lc, void* sc, void* rc, int expect_ok) {
   tsn_result_t a = sc ? shim_close_send(n, sc) : 0;
   tsn_result_t b = rc ? shim_close_recv(n, rc) : 0;
@@ -2688,11 +2695,8 @@ static void sc_stale(int version) {
     r = shim_dereg_mr(&n, sc, m1);
     check(r != TSN_SUCCESS, "deregMr of the first region again fails (rc %d)", r);
     shim_reg_mr(&n, rc, buf + SIZE, SIZE, TSN_PTR_HOST, &rm);
-    void* d2 = buf + SIZE;
-    size_t room = SIZE;
-    int tag = 1;
     void *rreq = NULL, *sreq = NULL;
-    shim_irecv(&n, rc, 1, &d2, &room, &tag, &rm, &rreq);
+    recv_one(&n, rc, buf + SIZE, SIZE, 1, rm, &rreq);
     for (double end = now_s() + g_timeout; !sreq && now_s() < end;) shim_isend(&n, sc, buf, 64, 1, m2, &sreq);
     int ss = -1, rs = -1;
     tsn_result_t a = sreq ? wait_req(&n, sreq, &ss, g_timeout) : -1, b = rreq ? wait_req(&n, rreq, &rs, g_timeout) : -1;
@@ -2707,13 +2711,9 @@ static void sc_stale(int version) {
   //    still holds a comm (recycled for a newer one, closed too), so test() fails with a WARN.
   //    Under AddressSanitizer it read freed memory before.
   if (pair_open(&n, ctx, &lc, &sc, &rc) == 0) {
-    void* rm = NULL;
+    void *rm = NULL, *rreq = NULL;
     shim_reg_mr(&n, rc, buf, SIZE, TSN_PTR_HOST, &rm);
-    void* d = buf;
-    size_t room = SIZE;
-    int tag = 3;
-    void* rreq = NULL;
-    r = shim_irecv(&n, rc, 1, &d, &room, &tag, &rm, &rreq);
+    r = recv_one(&n, rc, buf, SIZE, 3, rm, &rreq);
     check(r == TSN_SUCCESS && rreq, "a receive in flight on a pair about to close (rc %d)", r);
     pair_close(&n, lc, sc, rc, 1);
     int churned = 0;
@@ -2736,13 +2736,9 @@ static void sc_stale(int version) {
   // 3. finalize with a pair still open and a receive in flight: its handles die with it.
   void* c1 = NULL;
   if (shim_init(&n, &c1, COMM_ID + 3, logger) == TSN_SUCCESS && pair_open(&n, c1, &lc, &sc, &rc) == 0) {
-    void* rm = NULL;
+    void *rm = NULL, *rreq = NULL;
     shim_reg_mr(&n, rc, buf, SIZE, TSN_PTR_HOST, &rm);
-    void* d = buf;
-    size_t room = SIZE;
-    int tag = 2;
-    void* rreq = NULL;
-    r = shim_irecv(&n, rc, 1, &d, &room, &tag, &rm, &rreq);
+    r = recv_one(&n, rc, buf, SIZE, 2, rm, &rreq);
     check(r == TSN_SUCCESS && rreq, "a receive in flight (rc %d)", r);
     r = shim_finalize(&n, c1);
     check(r == TSN_SUCCESS, "finalize with a pair still open (rc %d)", r);

@@ -419,7 +419,7 @@ export class OfiEndpoint {
     const n = ++this.stats.foreign;
     if (n <= FOREIGN_WARNINGS)
       log.warn(
-        `${this.name}: rail ${r}: ${what} for ${comm.name} from ${c.src === undefined || c.src < 0 ? 'a sender not in the address vector' : `peer ${c.src}`}, which is not its peer; dropped` +
+        `${this.name}: rail ${r}: ${what} for ${comm.name} from ${src < 0 ? 'a sender not in the address vector' : `peer ${src}`}, which is not its peer; dropped` +
           (n === FOREIGN_WARNINGS ? ' (further ones are only counted)' : ''),
       );
     return false;
@@ -454,12 +454,11 @@ export class OfiEndpoint {
     switch (msgKind(c.imm)) {
       case MsgKind.EAGER: {
         const comm = this.comms[to];
-        if (comm && comm.isRecv && this.fromPeer(r, c, comm, 'an eager message')) (comm as OfiRecvComm).onEager(r, id, c.len);
-        else if (comm && comm.isRecv) this.pool.release(id);
-        else {
+        if (!comm || !comm.isRecv) {
           this.stats.staleMessages++;
           this.pool.release(id);
-        }
+        } else if (this.fromPeer(r, c, comm, 'an eager message')) (comm as OfiRecvComm).onEager(r, id, c.len);
+        else this.pool.release(id);
         return;
       }
       case MsgKind.CONNECT: {
