@@ -48,7 +48,7 @@ export function planAdapter(model: AbiModel, o: Overload, version: number, core:
   for (const p of core.params) {
     const vp = o.params.find((q) => q.name === p.name);
     if (!vp) {
-      plan.args.push(defaultArg(model, p.type));
+      plan.args.push(core.fills.find((f) => f.param === p.name)?.expr ?? defaultArg(model, p.type));
       continue;
     }
     const vt = cType(model, vp.type, version);

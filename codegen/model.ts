@@ -64,12 +64,19 @@ export interface CountDef {
   max: string;
 }
 
+/** A `@fill param expr`: the C expression an adapter passes for a core parameter its version lacks. */
+export interface FillDef {
+  param: string;
+  expr: string;
+}
+
 /** One overload of a table slot. */
 export interface Overload extends FnType {
   doc: string;
   versions: number[];
   core: boolean;
   counts: CountDef[];
+  fills: FillDef[];
   loc: Loc;
 }
 

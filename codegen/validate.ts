@@ -28,6 +28,12 @@ function checkSlot(model: AbiModel, slot: SlotDef, rep: Reporter): void {
       rep.error(core.loc, `@count ${c.param} ${c.by}: no such parameters`);
     }
   }
+  for (const f of core.fills) {
+    if (!core.params.some((p) => p.name === f.param)) rep.error(core.loc, `@fill ${f.param}: no such parameter`);
+  }
+  for (const o of slot.overloads) {
+    if (o !== core && o.fills.length) rep.error(o.loc, `@fill belongs on the @core overload of '${slot.name}'`);
+  }
   for (const v of model.versions) {
     const o = slot.overloads.find((x) => x.versions.includes(v));
     if (!o || sameCSignature(model, o, v, core)) continue;

@@ -248,7 +248,9 @@ tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* conf
   if (logger) setLogger(logger);
   tsn_result_t rc = hostStart();
   if (rc != TSN_SUCCESS) return rc;
-  bool legacy = ctx == nullptr;
+  // v6-v10 pass TSN_NO_CTX (they have no context); v11+ pass where the context goes, never NULL.
+  bool legacy = ctx == reinterpret_cast<void**>(TSN_NO_CTX);
+  if (!ctx) FAIL(TSN_INVALID_ARGUMENT, "init: ctx is NULL: ncclNet v11+ init returns the communicator's context through it");
   if (legacy && g_legacy.load()) return TSN_SUCCESS;  // NCCL loaded the library again
   uint32_t id = 0;
   int warmup = 0;  // non-zero only in the answer to the process's first init

@@ -170,12 +170,18 @@ class Inspector {
       if (!max) this.rep.error(locOf(m, this.root), `@count wants 'param count max', got '${t}'`);
       return { param, by, max };
     });
+    const fills = (doc.tags.get('fill') ?? []).map((t) => {
+      const m2 = /^(\S+)\s+(.+)$/.exec(t);
+      if (!m2) this.rep.error(locOf(m, this.root), `@fill wants 'param expression', got '${t}'`);
+      return { param: m2?.[1] ?? '', expr: m2?.[2].trim() ?? '' };
+    });
     return {
       ...this.fnType(m.getParameters(), m.getReturnTypeNode(), m),
       doc: doc.text,
       versions: this.range(doc, 'versions', m, []),
       core: doc.tags.has('core'),
       counts,
+      fills,
       loc: locOf(m, this.root),
     };
   }

@@ -34,6 +34,7 @@ typedef tsn_result_t (*tsn_profiler_t)(void** eHandle, int type, void* phandle, 
 #define TSN_MAX_RECVS 8 /* Largest maxRecvs: buffers in one irecv. */
 #define TSN_MAX_TRANSFER_BYTES 1099511627776ULL /* Largest maxP2pBytes / maxCollBytes: 2^40 bytes (1 TiB). */
 #define TSN_UNSET (-1) /* railId / planeId / trafficClass value meaning unset. */
+#define TSN_NO_CTX 1 /* The ctx v6-v10 pass to the core's init, as (void**)TSN_NO_CTX: they have no context (NULL from v11+ is an error). */
 
 /* Pointer kinds for ptrSupport and regMr's type (bits). */
 #define TSN_PTR_HOST 1 /* Host memory. */
@@ -627,7 +628,7 @@ extern const tsn_field_t tsn_props_fields[];
 extern const int tsn_props_field_count;
 
 /* The version-neutral core, implemented in native/core.cc; the tables above adapt to it. */
-/* Core: a NULL ctx means the process-wide legacy context. */
+/* Core: ctx (void**)TSN_NO_CTX (v6-v10) means the process-wide legacy context; a NULL ctx is an error. */
 tsn_result_t tsn_init(void** ctx, uint64_t commId, const tsn_comm_config_t* config, tsn_logger_t logger, tsn_profiler_t prof);
 /* Reports the number of devices (> 0). */
 tsn_result_t tsn_devices(int* ndev);

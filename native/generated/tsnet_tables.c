@@ -44,7 +44,7 @@ static void tsn_props_copy_v6(tsn_props_v6_t* dst, const tsn_props_t* src) {
 }
 
 static tsn_result_t tsn_v6_init(tsn_logger_t logger) {
-  return tsn_init(NULL, 0, NULL, logger, NULL);
+  return tsn_init((void**)TSN_NO_CTX, 0, NULL, logger, NULL);
 }
 
 static tsn_result_t tsn_v6_get_properties(int dev, tsn_props_v6_t* props) {
@@ -120,7 +120,7 @@ static void tsn_props_copy_v7(tsn_props_v7_t* dst, const tsn_props_t* src) {
 }
 
 static tsn_result_t tsn_v7_init(tsn_logger_t logger) {
-  return tsn_init(NULL, 0, NULL, logger, NULL);
+  return tsn_init((void**)TSN_NO_CTX, 0, NULL, logger, NULL);
 }
 
 static tsn_result_t tsn_v7_get_properties(int dev, tsn_props_v7_t* props) {
@@ -195,7 +195,7 @@ static void tsn_props_copy_v8(tsn_props_v8_t* dst, const tsn_props_t* src) {
 }
 
 static tsn_result_t tsn_v8_init(tsn_logger_t logger) {
-  return tsn_init(NULL, 0, NULL, logger, NULL);
+  return tsn_init((void**)TSN_NO_CTX, 0, NULL, logger, NULL);
 }
 
 static tsn_result_t tsn_v8_get_properties(int dev, tsn_props_v8_t* props) {
@@ -276,7 +276,7 @@ static void tsn_props_copy_v9(tsn_props_v9_t* dst, const tsn_props_t* src) {
 }
 
 static tsn_result_t tsn_v9_init(tsn_logger_t logger) {
-  return tsn_init(NULL, 0, NULL, logger, NULL);
+  return tsn_init((void**)TSN_NO_CTX, 0, NULL, logger, NULL);
 }
 
 static tsn_result_t tsn_v9_get_properties(int dev, tsn_props_v9_t* props) {
@@ -355,7 +355,7 @@ static void tsn_props_copy_v10(tsn_props_v10_t* dst, const tsn_props_t* src) {
 }
 
 static tsn_result_t tsn_v10_init(tsn_logger_t logger, tsn_profiler_t prof) {
-  return tsn_init(NULL, 0, NULL, logger, prof);
+  return tsn_init((void**)TSN_NO_CTX, 0, NULL, logger, prof);
 }
 
 static tsn_result_t tsn_v10_get_properties(int dev, tsn_props_v10_t* props) {

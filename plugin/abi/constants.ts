@@ -30,6 +30,8 @@ export enum Limits {
   MAX_TRANSFER_BYTES = 1099511627776,
   /** railId / planeId / trafficClass value meaning unset. */
   UNSET = -1,
+  /** The ctx v6-v10 pass to the core's init, as (void**)TSN_NO_CTX: they have no context (NULL from v11+ is an error). */
+  NO_CTX = 1,
 }
 
 /** Pointer kinds for ptrSupport and regMr's type (bits). @cprefix TSN_PTR_ */

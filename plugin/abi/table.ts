@@ -19,7 +19,7 @@ export interface NetPlugin {
   init(logger: Logger, prof: Profiler): Result;
   /** Creates a context per communicator; same commId on all its ranks. @versions 11.. */
   init(ctx: Ptr<Ptr<void>>, commId: U64, config: Ptr<CommConfig>, logger: Logger, prof: Profiler): Result;
-  /** Core: a NULL ctx means the process-wide legacy context. @core */
+  /** Core: ctx (void**)TSN_NO_CTX (v6-v10) means the process-wide legacy context; a NULL ctx is an error. @core @fill ctx (void**)TSN_NO_CTX */
   init(ctx: Ptr<Ptr<void>>, commId: U64, config: Ptr<Const<CommConfig>>, logger: Logger, prof: Profiler): Result;
 
   /** Reports the number of devices (> 0). @versions 6.. @core */

@@ -64,7 +64,7 @@ static void test_slots(void) {
 /* init: v6-v9 (logger), v10 + prof, v11+ ctx, commId and config too. */
 #define INIT_LEGACY(v) do { int calls0 = fake.calls; fake.prof = prof; fake.ctxOut = &slot, fake.commId = 9, fake.config = &config; \
   CHECK(T(v).init(logger) == TSN_SUCCESS); CALLED("init"); \
-  CHECK(fake.logger == logger && fake.prof == NULL && fake.ctxOut == NULL && fake.commId == 0 && fake.config == NULL); } while (0)
+  CHECK(fake.logger == logger && fake.prof == NULL && fake.ctxOut == (void**)TSN_NO_CTX && fake.commId == 0 && fake.config == NULL); } while (0)
 #define INIT_V11(v) do { int calls0 = fake.calls; \
   CHECK(T(v).init(&slot, 0x1234567890abcdefULL, &config, logger, prof) == TSN_SUCCESS); CALLED("init"); \
   CHECK(fake.ctxOut == &slot && fake.commId == 0x1234567890abcdefULL && fake.config == &config); \
@@ -75,7 +75,7 @@ static void test_init(void) {
   fake.ctxOut = &slot, fake.config = &config;
   CHECK(T(10).init(logger, prof) == TSN_SUCCESS);
   CALLED("init");
-  CHECK(fake.logger == logger && fake.prof == prof && fake.ctxOut == NULL && fake.config == NULL && fake.commId == 0);
+  CHECK(fake.logger == logger && fake.prof == prof && fake.ctxOut == (void**)TSN_NO_CTX && fake.config == NULL && fake.commId == 0);
   INIT_V11(11); INIT_V11(12);
 }
 

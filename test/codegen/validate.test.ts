@@ -37,6 +37,8 @@ describe('validator', () => {
       `${at('slots', 'listen(devv: I32)')}: slot 'listen': v6 parameter 'devv' has no core parameter of that name`,
       `${at('slots', 'listen(devv: I32)')}: slot 'listen': v7 parameter 'devv' has no core parameter of that name`,
       `${at('slots', 'regMrDmaBuf(fd: I32)')}: slot 'regMrDmaBuf' is @unimplemented but has a @core overload`,
+      `${at('slots', 'accept(dev: I32): Result;')}: @fill belongs on the @core overload of 'accept'`,
+      `${at('slots', 'accept(dev: I32, ctx: I32)')}: @fill comm: no such parameter`,
     ].sort());
   });
   it('reports struct mistakes with file:line', () => {

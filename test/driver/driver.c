@@ -2104,6 +2104,10 @@ static void sc_badinput(int version) {
   if (open_net(&n, version)) return;
   void* ctx = NULL;
   if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  if (shim_has_ctx(version)) {  // v11+: init returns the context through ctx, so NULL cannot be served
+    tsn_result_t r0 = shim_init(&n, NULL, COMM_ID, logger);
+    check(r0 == TSN_INVALID_ARGUMENT, "init with a NULL ctx fails with ncclInvalidArgument (rc %d)", r0);
+  }
   uint8_t raw[256];
   tsn_props_t props;
   int ndev = 0;
