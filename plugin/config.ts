@@ -31,6 +31,8 @@ export interface Config {
   socketFamily: 4 | 6 | undefined;
   /** Interfaces joined into one device: `a+b,c` (TSNET_DEVICE_GROUPS). */
   deviceGroups: string | undefined;
+  /** Cores this process counts on (its CPU set, or its share of the host among its ranks). */
+  cores: number;
   /** Native I/O threads in the process. */
   ioThreads: number;
   /** Threads that run the protocol (JavaScript), each with a share of the comms. */
@@ -331,6 +333,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       socketIfname: iSrc?.value,
       socketFamily,
       deviceGroups: gSrc?.value,
+      cores,
       ioThreads,
       protocolThreads,
       eagerPolicy,

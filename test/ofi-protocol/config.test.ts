@@ -55,15 +55,27 @@ describe('ofi config', () => {
 
   it('TSNET_OFI_SMALL_RAIL: round-robin by default (aws-ofi-nccl), or one rail per comm', () => {
     expect(OFI_DEFAULTS.smallRail).toBe('rr');
-    expect(readOfiConfig({}).lines).toContain("ofi small messages' rails = round-robin (default)");
+    expect(readOfiConfig({}).lines).toContain("ofi small messages' rails = round-robin (default; one per comm on rails the default adds to a NIC)");
+    expect(OFI_DEFAULTS.smallRailSet).toBe(false);
     const { config, lines } = readOfiConfig({ TSNET_OFI_SMALL_RAIL: ' Comm ' });
     expect(config.smallRail).toBe('comm');
+    expect(config.smallRailSet).toBe(true);
     expect(lines).toContain("ofi small messages' rails = one per comm (TSNET_OFI_SMALL_RAIL)");
     expect(read({ TSNET_OFI_SMALL_RAIL: 'rr' }).smallRail).toBe('rr');
   });
 
+  it('TSNET_OFI_RAILS: auto by default, or one rail per NIC; OFI_NCCL_FORCE_NUM_RAILS wins', () => {
+    expect(OFI_DEFAULTS.rails).toBe('auto');
+    expect(read({ TSNET_OFI_RAILS: ' NICS ' }).rails).toBe('nics');
+    expect(read({ TSNET_OFI_RAILS: 'auto' }).rails).toBe('auto');
+    expect(() => read({ TSNET_OFI_RAILS: '4' })).toThrow(/TSNET_OFI_RAILS=4: expected auto or nics/);
+    const { config, lines } = readOfiConfig({ TSNET_OFI_RAILS: 'auto', OFI_NCCL_FORCE_NUM_RAILS: '2' });
+    expect(config.forceRails).toBe(2);
+    expect(lines).toContain('ofi TSNET_OFI_RAILS=auto ignored: OFI_NCCL_FORCE_NUM_RAILS=2 is given');
+  });
+
   it('an empty variable counts as unset', () => {
-    expect(read({ OFI_NCCL_EAGER_MAX_SIZE: '', TSNET_FLUSH: '', TSNET_OFI_SMALL_RAIL: '' })).toEqual(OFI_DEFAULTS);
+    expect(read({ OFI_NCCL_EAGER_MAX_SIZE: '', TSNET_FLUSH: '', TSNET_OFI_SMALL_RAIL: '', TSNET_OFI_RAILS: '' })).toEqual(OFI_DEFAULTS);
   });
 
   it.each([

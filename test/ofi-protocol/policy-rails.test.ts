@@ -2,7 +2,8 @@
 // both ends agree on the smaller count, rail i runs on NIC i mod NICs, control messages on
 // rail 0 or round-robin.
 import { describe, expect, it } from 'vitest';
-import { CtrlRails, commRails, deviceRails, homeRail, nicOf } from '../../plugin/transports/ofi/policy/rails';
+import { OFI_DEFAULTS } from '../../plugin/transports/ofi/config';
+import { AUTO_RAILS_MIN_SHM_FREE, CtrlRails, chooseRails, commRails, deviceRails, homeRail, nicOf, type RailsHost } from '../../plugin/transports/ofi/policy/rails';
 
 describe('rail choice', () => {
   it('a device offers one rail per NIC, at most 4', () => {
@@ -36,5 +37,52 @@ describe('rail choice', () => {
       const home = new CtrlRails(4, rr, homeRail(6, 4));
       expect([1, 2, 3, 4, 5].map(() => home.pick())).toEqual([2, 2, 2, 2, 2]);
     }
+  });
+});
+
+describe('rails by default (TSNET_OFI_RAILS=auto)', () => {
+  const GiB = 2 ** 30;
+  const shm: RailsHost = { provider: 'shm', nics: 1, cores: 16, ioThreads: 8, shmFree: 32 * GiB };
+
+  it('a one-NIC shm device gets 4 rails and one small-message rail per comm', () => {
+    const c = chooseRails(OFI_DEFAULTS, shm);
+    expect(c.forceRails).toBe(4);
+    expect(c.smallRail).toBe('comm');
+    expect(c.line).toMatch(/^ofi rails = 4 on one NIC \(default with shm, 16 cores, 8 I\/O threads, 32\.0 GiB free in \/dev\/shm: .*small messages' rails = one per comm \(default with these rails\)$/);
+  });
+
+  it('as many rails as I/O threads, at most 4; TSNET_OFI_SMALL_RAIL kept', () => {
+    expect(chooseRails(OFI_DEFAULTS, { ...shm, ioThreads: 3 }).forceRails).toBe(3);
+    expect(chooseRails(OFI_DEFAULTS, { ...shm, ioThreads: 64, cores: 64 }).forceRails).toBe(4);
+    const rr = chooseRails({ ...OFI_DEFAULTS, smallRail: 'rr', smallRailSet: true }, shm);
+    expect(rr.forceRails).toBe(4);
+    expect(rr.smallRail).toBe('rr');
+    expect(rr.line).toMatch(/small messages' rails = round-robin \(TSNET_OFI_SMALL_RAIL\)$/);
+  });
+
+  it.each([
+    ['fewer cores', { cores: 15 }, /this process counts on 15 cores, fewer than 16/],
+    ['one I/O thread', { ioThreads: 1 }, /1 I\/O thread/],
+    ['/dev/shm unreadable', { shmFree: undefined }, /\/dev\/shm cannot be read/],
+    ['/dev/shm short', { shmFree: AUTO_RAILS_MIN_SHM_FREE - 1 }, /\/dev\/shm has 2\.0 GiB free, less than 2\.0/],
+  ])('one rail with %s, and the line says why', (_what, over, why) => {
+    const c = chooseRails(OFI_DEFAULTS, { ...shm, ...over });
+    expect(c.forceRails).toBe(0);
+    expect(c.smallRail).toBe('rr');
+    expect(c.line).toMatch(why);
+    expect(c.line).toMatch(/^ofi rails = 1 \(default with shm: .*OFI_NCCL_FORCE_NUM_RAILS=2 to 4/);
+  });
+
+  it('other providers and several NICs: one rail per NIC, as aws-ofi-nccl', () => {
+    const tcp = chooseRails(OFI_DEFAULTS, { ...shm, provider: 'tcp;ofi_rxm' });
+    expect([tcp.forceRails, tcp.smallRail, tcp.line]).toEqual([0, 'rr', 'ofi rails = one per NIC (default with tcp;ofi_rxm)']);
+    expect(chooseRails(OFI_DEFAULTS, { ...shm, nics: 2 }).forceRails).toBe(0);
+  });
+
+  it('TSNET_OFI_RAILS=nics and OFI_NCCL_FORCE_NUM_RAILS are obeyed', () => {
+    const nics = chooseRails({ ...OFI_DEFAULTS, rails: 'nics' }, shm);
+    expect([nics.forceRails, nics.smallRail, nics.line]).toEqual([0, 'rr', 'ofi rails = one per NIC (TSNET_OFI_RAILS=nics)']);
+    const forced = chooseRails({ ...OFI_DEFAULTS, forceRails: 2 }, shm);
+    expect([forced.forceRails, forced.smallRail, forced.line]).toEqual([2, 'rr', null]);
   });
 });

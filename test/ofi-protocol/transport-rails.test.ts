@@ -106,12 +106,4 @@ describe('endpoints per rail', () => {
   it('the INFO line names the rails, the NICs and the I/O threads', () => {
     expect(railsLine([{ thread: 0 }, { thread: 3 }], 1)).toBe('2 rail(s) on 1 NIC(s), endpoints on I/O thread(s) 0, 3');
   });
-
-  it('shm without forced rails is told that more endpoints copy on more threads; tcp and forced rails are not', () => {
-    const hint = /shm copies the bytes of large messages on the receiving endpoint's I\/O thread: OFI_NCCL_FORCE_NUM_RAILS=2 to 4/;
-    const opened = (provider: string) => ({ version: 'libfabric 1.22', progress: 'FI_PROGRESS_MANUAL', nics: [nic(provider, { provider })] });
-    expect(OfiTransport.describe(opened('shm')).join('\n')).toMatch(hint);
-    expect(OfiTransport.describe(opened('shm'), 2).join('\n')).not.toMatch(hint);
-    expect(OfiTransport.describe(opened('tcp')).join('\n')).not.toMatch(/OFI_NCCL_FORCE_NUM_RAILS/);
-  });
 });

@@ -34,6 +34,7 @@ describe('readConfig defaults', () => {
       socketIfname: undefined,
       socketFamily: undefined,
       deviceGroups: undefined,
+      cores: 2,
       ioThreads: 8,
       protocolThreads: 1,
       eagerPolicy: threshold,

@@ -21,8 +21,16 @@ export interface OfiConfig {
    * crosses one I/O thread per side; longer messages spread as with 'rr'.
    */
   smallRail: SmallRail;
+  /** TSNET_OFI_SMALL_RAIL was given (else the rails' choice may pick 'comm': policy/rails.ts, chooseRails). */
+  smallRailSet: boolean;
   /** Rails a device uses, repeating or dropping NICs; 0: one per NIC (OFI_NCCL_FORCE_NUM_RAILS). */
   forceRails: number;
+  /**
+   * TSNET_OFI_RAILS, where OFI_NCCL_FORCE_NUM_RAILS is not given: 'auto' gives a one-NIC shm
+   * device several rails where the process has the cores and /dev/shm the space
+   * (policy/rails.ts, chooseRails); 'nics': one rail per NIC, as aws-ofi-nccl.
+   */
+  rails: RailsMode;
   /** Bounce buffers posted per endpoint, spread over its rails (OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS). */
   bouncePosted: number;
   /** Flush policy (TSNET_FLUSH, OFI_NCCL_GDR_FLUSH_DISABLE, OFI_NCCL_ENABLE_FLUSH_RDMA_WRITE). */
@@ -56,6 +64,7 @@ export interface OfiConfig {
 type Env = Record<string, string | undefined>;
 
 export type SmallRail = 'rr' | 'comm';
+export type RailsMode = 'auto' | 'nics';
 
 /** Most rails a device may have: one key per rail fits a 64-byte control entry. */
 export const MAX_RAILS = 4;
@@ -66,7 +75,9 @@ export const OFI_DEFAULTS: OfiConfig = {
   smallRrMax: 64,
   rrCtrl: true,
   smallRail: 'rr',
+  smallRailSet: false,
   forceRails: 0,
+  rails: 'auto',
   bouncePosted: 64,
   flush: { method: 'read', all: false },
   gpuIpc: false,
@@ -119,11 +130,17 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const sr = srRaw === undefined || srRaw === '' ? undefined : srRaw.trim().toLowerCase();
   if (sr !== undefined && sr !== 'rr' && sr !== 'comm') throw invalidArgument(`TSNET_OFI_SMALL_RAIL=${srRaw}: expected rr or comm`);
   const smallRail: SmallRail = (sr as SmallRail | undefined) ?? d.smallRail;
-  note('small messages\' rails', smallRail === 'rr' ? 'round-robin' : 'one per comm', 'TSNET_OFI_SMALL_RAIL', sr !== undefined);
+  if (sr !== undefined) note('small messages\' rails', smallRail === 'rr' ? 'round-robin' : 'one per comm', 'TSNET_OFI_SMALL_RAIL', true);
+  else lines.push("ofi small messages' rails = round-robin (default; one per comm on rails the default adds to a NIC)");
 
   const force = int(env, 'OFI_NCCL_FORCE_NUM_RAILS', 0, MAX_RAILS);
   const forceRails = force ?? d.forceRails;
   if (forceRails) note('rails', forceRails, 'OFI_NCCL_FORCE_NUM_RAILS', true);
+  const rRaw = env.TSNET_OFI_RAILS;
+  const rm = rRaw === undefined || rRaw === '' ? undefined : rRaw.trim().toLowerCase();
+  if (rm !== undefined && rm !== 'auto' && rm !== 'nics') throw invalidArgument(`TSNET_OFI_RAILS=${rRaw}: expected auto or nics`);
+  const rails: RailsMode = (rm as RailsMode | undefined) ?? d.rails;
+  if (rm !== undefined && forceRails) lines.push(`ofi TSNET_OFI_RAILS=${rRaw} ignored: OFI_NCCL_FORCE_NUM_RAILS=${forceRails} is given`);
 
   const posted = int(env, 'OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS', 1, 65536);
   const bouncePosted = posted ?? d.bouncePosted;
@@ -158,5 +175,6 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const checkSender = sender ?? d.checkSender;
   if (!checkSender) note('senders checked (FI_SOURCE)', false, 'TSNET_OFI_CHECK_SENDER', true);
 
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, forceRails, bouncePosted, flush, gpuIpc, cudaApi, dmabuf, checkSender }, lines };
+  const smallRailSet = sr !== undefined;
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, smallRailSet, forceRails, rails, bouncePosted, flush, gpuIpc, cudaApi, dmabuf, checkSender }, lines };
 }

@@ -255,7 +255,7 @@ export class OfiTransport implements Transport {
   }
 
   /** INFO lines of discovery (thread 0 logs them). dmabuf: whether it was asked for (OFI_NCCL_DISABLE_DMABUF). */
-  static describe(opened: OfiOpened, forceRails = 0, dmabuf = true): string[] {
+  static describe(opened: OfiOpened, dmabuf = true): string[] {
     const lines = [`ofi: ${opened.version}, provider ${opened.nics[0].provider}, ${opened.progress}`];
     for (const n of opened.nics) lines.push(`ofi: NIC ${n.domain}: ${n.describe}`);
     const nic = opened.nics[0];
@@ -265,13 +265,6 @@ export class OfiTransport implements Transport {
     if (nic.hmem) lines.push(dmabufLine(opened.nics, dmabuf));
     if (nic.hmem && !nic.mixedIov)
       lines.push(`ofi: ${opened.version} cannot gather host and GPU memory in one send: sends from GPU memory are not sent eager (libfabric 1.18 can)`);
-    // shm moves each write's bytes inside the target endpoint's completion-queue poll, so one
-    // endpoint copies on one thread (docs/performance.md: at most about 9 GB/s on an H200 host).
-    if (nic.provider === 'shm' && forceRails === 0)
-      lines.push(
-        `ofi: shm copies the bytes of large messages on the receiving endpoint's I/O thread: OFI_NCCL_FORCE_NUM_RAILS=2 to ${MAX_RAILS} gives each device that many endpoints, ` +
-          'each on its own I/O thread and with its own /dev/shm region, and stripes large messages over them',
-      );
     return lines;
   }
 

@@ -4,7 +4,69 @@
 // local NIC i mod P and reaches the peer's NIC i mod P'. Control messages take rail 0, or
 // round-robin over the rails with OFI_NCCL_RR_CTRL_MSG, or the comm's home rail
 // (TSNET_OFI_SMALL_RAIL=comm: homeRail).
-import { MAX_RAILS } from '../config';
+import { MAX_RAILS, type OfiConfig, type SmallRail } from '../config';
+
+/** Cores this process counts on (config.ts, coreShare) below which TSNET_OFI_RAILS=auto keeps one rail. */
+export const AUTO_RAILS_MIN_CORES = 16;
+/** Free bytes of /dev/shm below which TSNET_OFI_RAILS=auto keeps one rail (each endpoint of shm is a 16 MiB region there). */
+export const AUTO_RAILS_MIN_SHM_FREE = 2 * 2 ** 30;
+
+/** What the rails' choice looks at. */
+export interface RailsHost {
+  /** The provider of the NICs. */
+  provider: string;
+  /** NICs libfabric listed (shm lists one). */
+  nics: number;
+  /** Cores this process counts on. */
+  cores: number;
+  /** The process's I/O threads: each rail's endpoint is on one. */
+  ioThreads: number;
+  /** Free bytes in /dev/shm; undefined where it cannot be read. */
+  shmFree: number | undefined;
+}
+
+/** The rails' settings a transport uses, and the INFO line that says why (null: the config's own lines said it). */
+export interface RailsChoice {
+  forceRails: number;
+  smallRail: SmallRail;
+  line: string | null;
+}
+
+const gib = (b: number): string => (b / 2 ** 30).toFixed(1);
+
+/**
+ * Rails for the devices (TSNET_OFI_RAILS). shm moves a remote write's bytes inside the target
+ * endpoint's completion-queue poll, so one endpoint copies on one I/O thread; with 4 ranks on 4 ×
+ * H200 a one-NIC shm device with 4 rails, small messages one rail per comm, moved AllReduce and
+ * AllToAll at 1 GiB at 1.6-2.0x one rail's busbw, with small operations as fast
+ * (docs/performance.md). So auto gives a one-NIC shm device min(MAX_RAILS, I/O threads) rails,
+ * small messages one rail per comm (unless TSNET_OFI_SMALL_RAIL says), where this process has
+ * AUTO_RAILS_MIN_CORES cores and /dev/shm AUTO_RAILS_MIN_SHM_FREE free; anything else keeps one
+ * rail per NIC, as aws-ofi-nccl does. OFI_NCCL_FORCE_NUM_RAILS overrides it.
+ */
+export function chooseRails(c: Pick<OfiConfig, 'forceRails' | 'rails' | 'smallRail' | 'smallRailSet'>, h: RailsHost): RailsChoice {
+  const keep = (line: string | null): RailsChoice => ({ forceRails: c.forceRails, smallRail: c.smallRail, line });
+  if (c.forceRails > 0) return keep(null);
+  if (c.rails === 'nics') return keep('ofi rails = one per NIC (TSNET_OFI_RAILS=nics)');
+  if (h.provider !== 'shm' || h.nics !== 1) return keep(`ofi rails = one per NIC (default with ${h.provider})`);
+  const more = 'OFI_NCCL_FORCE_NUM_RAILS=2 to 4 gives the device that many endpoints, each on its own I/O thread';
+  let why = '';
+  if (h.cores < AUTO_RAILS_MIN_CORES) why = `this process counts on ${h.cores} cores, fewer than ${AUTO_RAILS_MIN_CORES}`;
+  else if (h.ioThreads < 2) why = `${h.ioThreads} I/O thread`;
+  else if (h.shmFree === undefined) why = '/dev/shm cannot be read';
+  else if (h.shmFree < AUTO_RAILS_MIN_SHM_FREE) why = `/dev/shm has ${gib(h.shmFree)} GiB free, less than ${gib(AUTO_RAILS_MIN_SHM_FREE)}`;
+  if (why) return keep(`ofi rails = 1 (default with shm: ${why}; ${more})`);
+  const rails = Math.min(MAX_RAILS, h.ioThreads);
+  const smallRail: SmallRail = c.smallRailSet ? c.smallRail : 'comm';
+  return {
+    forceRails: rails,
+    smallRail,
+    line:
+      `ofi rails = ${rails} on one NIC (default with shm, ${h.cores} cores, ${h.ioThreads} I/O threads, ${gib(h.shmFree!)} GiB free in /dev/shm: ` +
+      `each rail an endpoint with its own I/O thread and /dev/shm region, so large messages are copied on ${rails} threads; TSNET_OFI_RAILS=nics keeps one), ` +
+      `small messages' rails = ${smallRail === 'comm' ? 'one per comm' : 'round-robin'} (${c.smallRailSet ? 'TSNET_OFI_SMALL_RAIL' : 'default with these rails'})`,
+  };
+}
 
 /** The rails a device of physical NICs offers. */
 export function deviceRails(physical: number, force: number): number {
