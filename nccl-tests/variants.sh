@@ -13,8 +13,9 @@
 #                   move through host memory as in tsnet-ofi
 #   tsnet-ofi-host  tsnet over libfabric, NCCL_NET_GDR_LEVEL=LOC: no GPUDirect, NCCL
 #                   stages through host memory
-#   tsnet-ofi-nics  tsnet-ofi-host with one rail per NIC (TSNET_OFI_RAILS=nics): what shm had
-#                   by default before a one-NIC shm device got 4 rails where cores allow
+#   tsnet-ofi-nics  tsnet-ofi-host with one rail per NIC named (TSNET_OFI_RAILS=nics, the default)
+#   tsnet-ofi-auto  tsnet-ofi-host with TSNET_OFI_RAILS=auto: 2 rails on a one-NIC shm device
+#                   where the process counts on 16 cores, small messages one rail per comm
 #   tsnet-ofi-rails tsnet-ofi-host over 4 rails (OFI_NCCL_FORCE_NUM_RAILS=4): with shm, every
 #                   rail an endpoint of its own, so a comm copies on 4 I/O threads
 #   tsnet-ofi-rails-comm  tsnet-ofi-rails with TSNET_OFI_SMALL_RAIL=comm: each comm's
@@ -34,6 +35,7 @@ variant_env() {
     tsnet-ofi-ipc) echo "$ofi NCCL_NET_GDR_LEVEL=SYS TSNET_OFI_CUDA_API=1 TSNET_OFI_GPU_IPC=1 NCCL_CUMEM_ENABLE=0" ;;
     tsnet-ofi-host) echo "$ofi NCCL_NET_GDR_LEVEL=LOC" ;;
     tsnet-ofi-nics) echo "$ofi NCCL_NET_GDR_LEVEL=LOC TSNET_OFI_RAILS=nics" ;;
+    tsnet-ofi-auto) echo "$ofi NCCL_NET_GDR_LEVEL=LOC TSNET_OFI_RAILS=auto" ;;
     tsnet-ofi-rails) echo "$ofi NCCL_NET_GDR_LEVEL=LOC OFI_NCCL_FORCE_NUM_RAILS=4" ;;
     tsnet-ofi-rails-comm) echo "$ofi NCCL_NET_GDR_LEVEL=LOC OFI_NCCL_FORCE_NUM_RAILS=4 TSNET_OFI_SMALL_RAIL=comm" ;;
     socket) echo "NCCL_NET=Socket NCCL_NET_PLUGIN=none" ;;

@@ -55,7 +55,7 @@ describe('ofi config', () => {
 
   it('TSNET_OFI_SMALL_RAIL: round-robin by default (aws-ofi-nccl), or one rail per comm', () => {
     expect(OFI_DEFAULTS.smallRail).toBe('rr');
-    expect(readOfiConfig({}).lines).toContain("ofi small messages' rails = round-robin (default; one per comm on rails the default adds to a NIC)");
+    expect(readOfiConfig({}).lines).toContain("ofi small messages' rails = round-robin (default; one per comm on the rails TSNET_OFI_RAILS=auto adds)");
     expect(OFI_DEFAULTS.smallRailSet).toBe(false);
     const { config, lines } = readOfiConfig({ TSNET_OFI_SMALL_RAIL: ' Comm ' });
     expect(config.smallRail).toBe('comm');
@@ -64,8 +64,8 @@ describe('ofi config', () => {
     expect(read({ TSNET_OFI_SMALL_RAIL: 'rr' }).smallRail).toBe('rr');
   });
 
-  it('TSNET_OFI_RAILS: auto by default, or one rail per NIC; OFI_NCCL_FORCE_NUM_RAILS wins', () => {
-    expect(OFI_DEFAULTS.rails).toBe('auto');
+  it('TSNET_OFI_RAILS: one rail per NIC by default, or auto; OFI_NCCL_FORCE_NUM_RAILS wins', () => {
+    expect(OFI_DEFAULTS.rails).toBe('nics');
     expect(read({ TSNET_OFI_RAILS: ' NICS ' }).rails).toBe('nics');
     expect(read({ TSNET_OFI_RAILS: 'auto' }).rails).toBe('auto');
     expect(() => read({ TSNET_OFI_RAILS: '4' })).toThrow(/TSNET_OFI_RAILS=4: expected auto or nics/);

@@ -26,9 +26,9 @@ export interface OfiConfig {
   /** Rails a device uses, repeating or dropping NICs; 0: one per NIC (OFI_NCCL_FORCE_NUM_RAILS). */
   forceRails: number;
   /**
-   * TSNET_OFI_RAILS, where OFI_NCCL_FORCE_NUM_RAILS is not given: 'auto' gives a one-NIC shm
-   * device several rails where the process has the cores and /dev/shm the space
-   * (policy/rails.ts, chooseRails); 'nics': one rail per NIC, as aws-ofi-nccl.
+   * TSNET_OFI_RAILS, where OFI_NCCL_FORCE_NUM_RAILS is not given: 'nics' (the default): one rail
+   * per NIC, as aws-ofi-nccl; 'auto' gives a one-NIC shm device 2 rails where the process has
+   * the cores and /dev/shm the space (policy/rails.ts, chooseRails).
    */
   rails: RailsMode;
   /** Bounce buffers posted per endpoint, spread over its rails (OFI_NCCL_RDMA_MIN_POSTED_EAGER_BUFFERS). */
@@ -77,7 +77,7 @@ export const OFI_DEFAULTS: OfiConfig = {
   smallRail: 'rr',
   smallRailSet: false,
   forceRails: 0,
-  rails: 'auto',
+  rails: 'nics',
   bouncePosted: 64,
   flush: { method: 'read', all: false },
   gpuIpc: false,
@@ -131,7 +131,7 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   if (sr !== undefined && sr !== 'rr' && sr !== 'comm') throw invalidArgument(`TSNET_OFI_SMALL_RAIL=${srRaw}: expected rr or comm`);
   const smallRail: SmallRail = (sr as SmallRail | undefined) ?? d.smallRail;
   if (sr !== undefined) note('small messages\' rails', smallRail === 'rr' ? 'round-robin' : 'one per comm', 'TSNET_OFI_SMALL_RAIL', true);
-  else lines.push("ofi small messages' rails = round-robin (default; one per comm on rails the default adds to a NIC)");
+  else lines.push("ofi small messages' rails = round-robin (default; one per comm on the rails TSNET_OFI_RAILS=auto adds)");
 
   const force = int(env, 'OFI_NCCL_FORCE_NUM_RAILS', 0, MAX_RAILS);
   const forceRails = force ?? d.forceRails;

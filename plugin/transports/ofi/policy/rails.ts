@@ -8,6 +8,15 @@ import { MAX_RAILS, type OfiConfig, type SmallRail } from '../config';
 
 /** Cores this process counts on (config.ts, coreShare) below which TSNET_OFI_RAILS=auto keeps one rail. */
 export const AUTO_RAILS_MIN_CORES = 16;
+/**
+ * Rails TSNET_OFI_RAILS=auto gives a one-NIC shm device. 4 ranks on 4 x H200 (64 cores, one
+ * lease): 2 rails moved AllReduce 1 GiB at 1.70-1.99x one rail's busbw (6 rounds of 6) and
+ * AllToAll at 1.11-1.18x; small operations took the same time in nccl-tests' sweeps but up to
+ * 2.4x one rail's median at 2-32 KiB in runs of 200 iterations. 4 rails used twice the CPU,
+ * the hypervisor took 20-41 CPU-seconds a run, and small operations took milliseconds
+ * (docs/performance.md, item 31). So one rail per NIC stays the default.
+ */
+export const AUTO_RAILS = 2;
 /** Free bytes of /dev/shm below which TSNET_OFI_RAILS=auto keeps one rail (each endpoint of shm is a 16 MiB region there). */
 export const AUTO_RAILS_MIN_SHM_FREE = 2 * 2 ** 30;
 
@@ -35,36 +44,39 @@ export interface RailsChoice {
 const gib = (b: number): string => (b / 2 ** 30).toFixed(1);
 
 /**
- * Rails for the devices (TSNET_OFI_RAILS). shm moves a remote write's bytes inside the target
- * endpoint's completion-queue poll, so one endpoint copies on one I/O thread; with 4 ranks on 4 ×
- * H200 a one-NIC shm device with 4 rails, small messages one rail per comm, moved AllReduce and
- * AllToAll at 1 GiB at 1.6-2.0x one rail's busbw, with small operations as fast
- * (docs/performance.md). So auto gives a one-NIC shm device min(MAX_RAILS, I/O threads) rails,
- * small messages one rail per comm (unless TSNET_OFI_SMALL_RAIL says), where this process has
- * AUTO_RAILS_MIN_CORES cores and /dev/shm AUTO_RAILS_MIN_SHM_FREE free; anything else keeps one
- * rail per NIC, as aws-ofi-nccl does. OFI_NCCL_FORCE_NUM_RAILS overrides it.
+ * Rails for the devices (TSNET_OFI_RAILS). 'nics' (the default): one per NIC, as aws-ofi-nccl.
+ * 'auto': shm moves a remote write's bytes inside the target endpoint's completion-queue poll,
+ * so one endpoint copies on one I/O thread; auto gives a one-NIC shm device min(AUTO_RAILS, I/O
+ * threads) rails, small messages one rail per comm (unless TSNET_OFI_SMALL_RAIL says), where
+ * this process counts on AUTO_RAILS_MIN_CORES cores and /dev/shm has AUTO_RAILS_MIN_SHM_FREE
+ * free; other providers keep one rail per NIC (over libfabric tcp, 4 rails doubled the CPU and
+ * made small operations take milliseconds in the same lease). OFI_NCCL_FORCE_NUM_RAILS overrides
+ * both.
  */
 export function chooseRails(c: Pick<OfiConfig, 'forceRails' | 'rails' | 'smallRail' | 'smallRailSet'>, h: RailsHost): RailsChoice {
   const keep = (line: string | null): RailsChoice => ({ forceRails: c.forceRails, smallRail: c.smallRail, line });
   if (c.forceRails > 0) return keep(null);
-  if (c.rails === 'nics') return keep('ofi rails = one per NIC (TSNET_OFI_RAILS=nics)');
-  if (h.provider !== 'shm' || h.nics !== 1) return keep(`ofi rails = one per NIC (default with ${h.provider})`);
+  if (c.rails === 'nics') {
+    const hint = h.provider === 'shm' && h.nics === 1 ? `: TSNET_OFI_RAILS=auto gives shm ${AUTO_RAILS} rails, for about 1.8x AllReduce's busbw at 1 GiB` : '';
+    return keep(`ofi rails = one per NIC (default${hint})`);
+  }
+  if (h.provider !== 'shm' || h.nics !== 1) return keep(`ofi rails = one per NIC (TSNET_OFI_RAILS=auto adds rails to one shm NIC only; this is ${h.provider})`);
   const more = 'OFI_NCCL_FORCE_NUM_RAILS=2 to 4 gives the device that many endpoints, each on its own I/O thread';
   let why = '';
   if (h.cores < AUTO_RAILS_MIN_CORES) why = `this process counts on ${h.cores} cores, fewer than ${AUTO_RAILS_MIN_CORES}`;
   else if (h.ioThreads < 2) why = `${h.ioThreads} I/O thread`;
   else if (h.shmFree === undefined) why = '/dev/shm cannot be read';
   else if (h.shmFree < AUTO_RAILS_MIN_SHM_FREE) why = `/dev/shm has ${gib(h.shmFree)} GiB free, less than ${gib(AUTO_RAILS_MIN_SHM_FREE)}`;
-  if (why) return keep(`ofi rails = 1 (default with shm: ${why}; ${more})`);
-  const rails = Math.min(MAX_RAILS, h.ioThreads);
+  if (why) return keep(`ofi rails = 1 (TSNET_OFI_RAILS=auto, but ${why}; ${more})`);
+  const rails = Math.min(AUTO_RAILS, MAX_RAILS, h.ioThreads);
   const smallRail: SmallRail = c.smallRailSet ? c.smallRail : 'comm';
   return {
     forceRails: rails,
     smallRail,
     line:
-      `ofi rails = ${rails} on one NIC (default with shm, ${h.cores} cores, ${h.ioThreads} I/O threads, ${gib(h.shmFree!)} GiB free in /dev/shm: ` +
-      `each rail an endpoint with its own I/O thread and /dev/shm region, so large messages are copied on ${rails} threads; TSNET_OFI_RAILS=nics keeps one), ` +
-      `small messages' rails = ${smallRail === 'comm' ? 'one per comm' : 'round-robin'} (${c.smallRailSet ? 'TSNET_OFI_SMALL_RAIL' : 'default with these rails'})`,
+      `ofi rails = ${rails} on one NIC (TSNET_OFI_RAILS=auto with shm, ${h.cores} cores, ${h.ioThreads} I/O threads, ${gib(h.shmFree!)} GiB free in /dev/shm: ` +
+      `each rail an endpoint with its own I/O thread and /dev/shm region, so large messages are copied on ${rails} threads; OFI_NCCL_FORCE_NUM_RAILS sets up to ${MAX_RAILS}), ` +
+      `small messages' rails = ${smallRail === 'comm' ? 'one per comm' : 'round-robin'} (${c.smallRailSet ? 'TSNET_OFI_SMALL_RAIL' : 'with these rails'})`,
   };
 }
 
