@@ -49,8 +49,8 @@ describe('rails per device (TSNET_OFI_RAILS)', () => {
     expect(OFI_DEFAULTS.rails).toBe('nics');
     const c = chooseRails(OFI_DEFAULTS, shm);
     expect([c.forceRails, c.smallRail]).toEqual([0, 'rr']);
-    expect(c.line).toBe('ofi rails = one per NIC (default: TSNET_OFI_RAILS=auto gives shm 2 rails, for about 1.8x AllReduce\'s busbw at 1 GiB)');
-    expect(chooseRails(OFI_DEFAULTS, { ...shm, provider: 'tcp;ofi_rxm' }).line).toBe('ofi rails = one per NIC (default)');
+    expect(c.line).toBe('ofi rails = one per NIC (TSNET_OFI_RAILS=nics, the default; auto gives shm 2 rails, for about 1.8x AllReduce\'s busbw at 1 GiB)');
+    expect(chooseRails(OFI_DEFAULTS, { ...shm, provider: 'tcp;ofi_rxm' }).line).toBe('ofi rails = one per NIC (TSNET_OFI_RAILS=nics, the default)');
   });
 
   it('auto: a one-NIC shm device gets 2 rails and one small-message rail per comm', () => {

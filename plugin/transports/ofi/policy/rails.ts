@@ -57,8 +57,8 @@ export function chooseRails(c: Pick<OfiConfig, 'forceRails' | 'rails' | 'smallRa
   const keep = (line: string | null): RailsChoice => ({ forceRails: c.forceRails, smallRail: c.smallRail, line });
   if (c.forceRails > 0) return keep(null);
   if (c.rails === 'nics') {
-    const hint = h.provider === 'shm' && h.nics === 1 ? `: TSNET_OFI_RAILS=auto gives shm ${AUTO_RAILS} rails, for about 1.8x AllReduce's busbw at 1 GiB` : '';
-    return keep(`ofi rails = one per NIC (default${hint})`);
+    const hint = h.provider === 'shm' && h.nics === 1 ? `; auto gives shm ${AUTO_RAILS} rails, for about 1.8x AllReduce's busbw at 1 GiB` : '';
+    return keep(`ofi rails = one per NIC (TSNET_OFI_RAILS=nics, the default${hint})`);
   }
   if (h.provider !== 'shm' || h.nics !== 1) return keep(`ofi rails = one per NIC (TSNET_OFI_RAILS=auto adds rails to one shm NIC only; this is ${h.provider})`);
   const more = 'OFI_NCCL_FORCE_NUM_RAILS=2 to 4 gives the device that many endpoints, each on its own I/O thread';
