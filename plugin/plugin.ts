@@ -107,6 +107,8 @@ export class Plugin {
   private again = false;
   /** Times the watchdog found work no wake-up had announced (TSNET_STATS). */
   private lostWakes = 0;
+  /** The watchdog's timer: one per thread for the process's life; tests that make many Plugins in one thread stop it (stopWatchdog). */
+  private watchdog: ReturnType<typeof setInterval> | undefined;
   private readonly ctxs = new Set<number>();
   private warmupAsked = false; // the first init's answer carries TSNET_WARMUP, later ones 0
   private readonly listeners = new Map<number, { ctx: number; dev: number; listener: Listener }>();
@@ -230,12 +232,22 @@ export class Plugin {
     this.steps?.end(comm.id, slot, this.host.now());
   }
 
+  /**
+   * Stops the watchdog. A protocol thread has one Plugin for the process's life and never calls
+   * this; tests that make many Plugins in one thread do, so that a finished test's watchdog does
+   * not warn about the next test's event loop.
+   */
+  stopWatchdog(): void {
+    if (this.watchdog) clearInterval(this.watchdog);
+    this.watchdog = undefined;
+  }
+
   // Heartbeats and dead-peer detection for every comm of this thread.
   private startWatchdog(timeoutMs: number): void {
     const every = Math.max(50, Math.min(1000, timeoutMs / 4));
     let last = monoMs();
     let lostWarned = -Infinity;
-    setInterval(() => {
+    this.watchdog = setInterval(() => {
       const now = monoMs();
       const late = now - last - every;
       last = now;

@@ -125,6 +125,7 @@ function side(env: Env) {
   const a = call('init', { commId: 1n, trafficClass: -1, legacy: false });
   expect(a.result ?? 0).toBe(0);
   const ctx = a.ctx as number;
+  cleanups.push(() => plugin.stopWatchdog());
   cleanups.push(() => call('finalize', { ctx }));
   /** The slot states of a new comm, as the core hands them over right after connect/accept. */
   const attach = (comm: number) => {
