@@ -14,7 +14,7 @@ import type { CommStats, RequestTrace } from '../../protocol/endpoint';
 import type { RecvArgs } from '../../protocol/receiver';
 import { groupGuid } from '../guid';
 import type { CommHooks, Connector, Device, Listener, RecvComm, SendComm, Traits, Transport } from '../transport';
-import { MAX_RAILS, type OfiConfig } from './config';
+import type { OfiConfig } from './config';
 import { MAX_RECVS } from './wire';
 import { OfiEndpoint } from './endpoint';
 import type { Complete, OnCompletions, RecvComm as OfiRecv, Registration, ReqBuf, SendComm as OfiSend } from './fabric';
