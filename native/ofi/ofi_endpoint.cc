@@ -127,15 +127,16 @@ bool isReset(const fi_cq_err_entry& e) {
 int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
   fi_cq_data_entry e[kBatch];
   fi_addr_t src[kBatch];
+  const bool source = m->d->nic.source;
   size_t want = static_cast<size_t>(max < kBatch ? max : kBatch);
   // FI_SOURCE: the senders come with the entries (FI_ADDR_NOTAVAIL for one not in the AV).
-  ssize_t n = m->d->nic.source ? fi_cq_readfrom(m->cq, e, want, src) : fi_cq_read(m->cq, e, want);
+  ssize_t n = source ? fi_cq_readfrom(m->cq, e, want, src) : fi_cq_read(m->cq, e, want);
   if (n > 0) {
     for (ssize_t i = 0; i < n; i++) {
       out[i].status = 0;
       out[i].provErrno = 0;
       out[i].error.clear();
-      out[i].src = m->d->nic.source ? static_cast<uint64_t>(src[i]) : ~0ULL;
+      out[i].src = source ? static_cast<uint64_t>(src[i]) : ~0ULL;
       complete(m, e[i].op_context, e[i].flags, e[i].len, e[i].data, &out[i]);
     }
     return static_cast<int>(n);

@@ -32,7 +32,7 @@ export function makeTransport(config: Config, regions: Regions, binding: LaneBin
       nics: opened.nics.length,
       cores: config.cores,
       ioThreads: config.ioThreads,
-      shmFree: devShmFree(),
+      shmFree: devShmFree,
     });
     const ofi = { ...config.ofi!, forceRails: rails.forceRails, smallRail: rails.smallRail };
     if (thread === 0) {

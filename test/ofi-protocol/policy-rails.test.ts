@@ -42,7 +42,7 @@ describe('rail choice', () => {
 
 describe('rails per device (TSNET_OFI_RAILS)', () => {
   const GiB = 2 ** 30;
-  const shm: RailsHost = { provider: 'shm', nics: 1, cores: 16, ioThreads: 8, shmFree: 32 * GiB };
+  const shm: RailsHost = { provider: 'shm', nics: 1, cores: 16, ioThreads: 8, shmFree: () => 32 * GiB };
   const auto = { ...OFI_DEFAULTS, rails: 'auto' as const };
 
   it('by default one rail per NIC, as aws-ofi-nccl; shm is told what auto gives', () => {
@@ -73,8 +73,8 @@ describe('rails per device (TSNET_OFI_RAILS)', () => {
   it.each([
     ['fewer cores', { cores: 15 }, /this process counts on 15 cores, fewer than 16/],
     ['one I/O thread', { ioThreads: 1 }, /1 I\/O thread/],
-    ['/dev/shm unreadable', { shmFree: undefined }, /\/dev\/shm cannot be read/],
-    ['/dev/shm short', { shmFree: AUTO_RAILS_MIN_SHM_FREE - 1 }, /\/dev\/shm has 2\.0 GiB free, less than 2\.0/],
+    ['/dev/shm unreadable', { shmFree: () => undefined }, /\/dev\/shm cannot be read/],
+    ['/dev/shm short', { shmFree: () => AUTO_RAILS_MIN_SHM_FREE - 1 }, /\/dev\/shm has 2\.0 GiB free, less than 2\.0/],
   ])('auto: one rail with %s, and the line says why', (_what, over, why) => {
     const c = chooseRails(auto, { ...shm, ...over });
     expect(c.forceRails).toBe(0);

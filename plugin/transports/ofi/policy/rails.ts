@@ -30,8 +30,8 @@ export interface RailsHost {
   cores: number;
   /** The process's I/O threads: each rail's endpoint is on one. */
   ioThreads: number;
-  /** Free bytes in /dev/shm; undefined where it cannot be read. */
-  shmFree: number | undefined;
+  /** Free bytes in /dev/shm; undefined where it cannot be read. Asked only where auto may add rails. */
+  shmFree: () => number | undefined;
 }
 
 /** The rails' settings a transport uses, and the INFO line that says why (null: the config's own lines said it). */
@@ -61,12 +61,13 @@ export function chooseRails(c: Pick<OfiConfig, 'forceRails' | 'rails' | 'smallRa
     return keep(`ofi rails = one per NIC (TSNET_OFI_RAILS=nics, the default${hint})`);
   }
   if (h.provider !== 'shm' || h.nics !== 1) return keep(`ofi rails = one per NIC (TSNET_OFI_RAILS=auto adds rails to one shm NIC only; this is ${h.provider})`);
-  const more = 'OFI_NCCL_FORCE_NUM_RAILS=2 to 4 gives the device that many endpoints, each on its own I/O thread';
+  const more = `OFI_NCCL_FORCE_NUM_RAILS=2 to ${MAX_RAILS} gives the device that many endpoints, each on its own I/O thread`;
+  const free = h.cores >= AUTO_RAILS_MIN_CORES && h.ioThreads >= 2 ? h.shmFree() : undefined;
   let why = '';
   if (h.cores < AUTO_RAILS_MIN_CORES) why = `this process counts on ${h.cores} cores, fewer than ${AUTO_RAILS_MIN_CORES}`;
   else if (h.ioThreads < 2) why = `${h.ioThreads} I/O thread`;
-  else if (h.shmFree === undefined) why = '/dev/shm cannot be read';
-  else if (h.shmFree < AUTO_RAILS_MIN_SHM_FREE) why = `/dev/shm has ${gib(h.shmFree)} GiB free, less than ${gib(AUTO_RAILS_MIN_SHM_FREE)}`;
+  else if (free === undefined) why = '/dev/shm cannot be read';
+  else if (free < AUTO_RAILS_MIN_SHM_FREE) why = `/dev/shm has ${gib(free)} GiB free, less than ${gib(AUTO_RAILS_MIN_SHM_FREE)}`;
   if (why) return keep(`ofi rails = 1 (TSNET_OFI_RAILS=auto, but ${why}; ${more})`);
   const rails = Math.min(AUTO_RAILS, MAX_RAILS, h.ioThreads);
   const smallRail: SmallRail = c.smallRailSet ? c.smallRail : 'comm';
@@ -74,7 +75,7 @@ export function chooseRails(c: Pick<OfiConfig, 'forceRails' | 'rails' | 'smallRa
     forceRails: rails,
     smallRail,
     line:
-      `ofi rails = ${rails} on one NIC (TSNET_OFI_RAILS=auto with shm, ${h.cores} cores, ${h.ioThreads} I/O threads, ${gib(h.shmFree!)} GiB free in /dev/shm: ` +
+      `ofi rails = ${rails} on one NIC (TSNET_OFI_RAILS=auto with shm, ${h.cores} cores, ${h.ioThreads} I/O threads, ${gib(free!)} GiB free in /dev/shm: ` +
       `each rail an endpoint with its own I/O thread and /dev/shm region, so large messages are copied on ${rails} threads; OFI_NCCL_FORCE_NUM_RAILS sets up to ${MAX_RAILS}), ` +
       `small messages' rails = ${smallRail === 'comm' ? 'one per comm' : 'round-robin'} (${c.smallRailSet ? 'TSNET_OFI_SMALL_RAIL' : 'with these rails'})`,
   };
