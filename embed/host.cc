@@ -181,7 +181,14 @@ void protocolMain(int index) {
   // starts (which inherit the mask) take none but faults (native/guest.h).
   tsn::blockHostSignals();
   std::vector<std::string> errors;
-  if (index == 0) errors = initNode();
+  if (index == 0) {
+    // Node's platform threads (2 workers and the delayed-task scheduler) inherit this thread's
+    // name: they are named tsnet-v8, so that `top -H` and a per-thread CPU count tell V8's
+    // background work (compilers, the collector's helpers) from the plugin thread's.
+    pthread_setname_np(pthread_self(), "tsnet-v8");
+    errors = initNode();
+    pthread_setname_np(pthread_self(), name);
+  }
   std::unique_ptr<CommonEnvironmentSetup> setup;
   if (errors.empty()) {
     auto flags = static_cast<EnvironmentFlags::Flags>(

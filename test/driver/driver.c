@@ -2291,6 +2291,8 @@ static void check_thread_mask(const char* name, const char* dir, void* arg) {
   check(ok, "thread %s blocks the host's signals and no fault signal (SigBlk %llx)", name, blk);
 }
 
+static void count_thread(const char* name, const char* dir, void* arg) { (void)name, (void)dir, (void)arg; }
+
 // Checks every tsnet-* thread's mask; returns the threads seen.
 static int check_thread_masks(void) { return shim_threads("tsnet", check_thread_mask, NULL); }
 
@@ -2320,6 +2322,8 @@ static void sc_lifecycle(int version) {
     check(posted == K, "%d receives in flight", posted);
     int threads = check_thread_masks();
     check(threads > 0, "the plugin's threads are named tsnet-* (%d seen)", threads);
+    int plugin = shim_threads("tsnet-plugin", count_thread, NULL), v8 = shim_threads("tsnet-v8", count_thread, NULL);
+    check(plugin == 1 && v8 >= 1, "one thread is tsnet-plugin (%d seen) and Node's platform threads are tsnet-v8 (%d seen)", plugin, v8);
     pair_close(&n, lc, sc, rc, 1);
     check(1, "closing comms with receives in flight returned");
   }
