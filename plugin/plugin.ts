@@ -12,7 +12,7 @@ import { Op } from './native';
 import { propertiesOf } from './properties';
 import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
-import { type ThreadStats, type WakeDelays, commStatsLine, threadStatsLine, wakeStatsLine } from './stats';
+import { type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, processCpuLine, threadStatsLine, wakeStatsLine } from './stats';
 import { SpinAdapter } from './spin';
 import { StepStats, bothTraces } from './steps';
 import { Tracer } from './trace';
@@ -44,6 +44,8 @@ export interface PluginHost {
   busy(): number;
   /** CPU microseconds of each I/O thread (thread 0 reports them). */
   ioCpu(): number[];
+  /** Every thread of the process and its CPU (thread 0 reports them, TSNET_STATS). */
+  processCpu?(): ThreadCpu[];
   /** How late each I/O thread woke when asked to (thread 0 reports them). */
   ioWakes(): WakeDelays[];
   /** How late this protocol thread took the wake-ups sent to it. */
@@ -531,6 +533,8 @@ export class Plugin {
           if (io.length) log.info(`stats: I/O threads CPU ${io.map((us) => `${(us / 1e6).toFixed(3)} s`).join(', ')}`);
           const wakes = this.host.ioWakes();
           if (wakes.length) log.info(wakeStatsLine(`${wakes.length} I/O thread(s)`, wakes));
+          const threads = this.host.processCpu?.() ?? [];
+          if (threads.length) log.info(processCpuLine(threads));
         }
       }
       return {};

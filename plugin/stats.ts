@@ -1,6 +1,7 @@
 // TSNET_STATS=1: what each comm and each protocol thread did, logged at INFO when a comm
 // closes and when a context is finalized. Costs nothing when off (counters only).
 import type { CommStats } from './protocol/endpoint';
+import * as fs from 'node:fs';
 import { monoMs } from './clock';
 
 export interface ThreadStats {
@@ -85,5 +86,85 @@ export function wakeStatsLine(who: string, all: WakeDelays[]): string {
   return (
     `stats: wake-ups of ${who}: ${count}, mean ${(sum / count).toFixed(1)} us, median ${quantileBound(buckets, 0.5)}, ` +
     `p99 ${quantileBound(buckets, 0.99)}, max ${max.toFixed(0)} us`
+  );
+}
+
+/** One thread of the process and the CPU it has used (user + system) since it started. */
+export interface ThreadCpu {
+  name: string;
+  us: number;
+}
+
+/** USER_HZ, the unit of /proc's utime and stime: 100 on every Linux architecture NCCL runs on. */
+const USER_HZ = 100;
+
+/**
+ * Every thread of this process with its CPU, from /proc/self/task/<tid>/stat (a thread that
+ * ends while it is read is left out); [] where /proc cannot be read.
+ */
+export function readThreadsCpu(dir = '/proc/self/task'): ThreadCpu[] {
+  let tids: string[];
+  try {
+    tids = fs.readdirSync(dir);
+  } catch {
+    return [];
+  }
+  const out: ThreadCpu[] = [];
+  for (const tid of tids) {
+    let text: string;
+    try {
+      text = fs.readFileSync(`${dir}/${tid}/stat`, 'latin1');
+    } catch {
+      continue;
+    }
+    const t = parseThreadStat(text);
+    if (t) out.push(t);
+  }
+  return out;
+}
+
+/** A /proc/<pid>/task/<tid>/stat line: name and utime + stime; undefined if it is not one. */
+export function parseThreadStat(text: string): ThreadCpu | undefined {
+  // "tid (comm) state ppid ...": the name may hold spaces and parentheses, so it ends at the last ')'.
+  const open = text.indexOf('(');
+  const close = text.lastIndexOf(')');
+  if (open < 0 || close < open) return undefined;
+  const f = text.slice(close + 2).trim().split(/\s+/);
+  // Fields 14 and 15 of proc(5), counted from the state (field 3) at index 0.
+  const ticks = Number(f[11]) + Number(f[12]);
+  if (!Number.isFinite(ticks)) return undefined;
+  return { name: text.slice(open + 1, close), us: (ticks * 1e6) / USER_HZ };
+}
+
+/** A thread's name without its number: tsnet-io3 → tsnet-io, "NCCL Progress  2" → NCCL Progress. */
+const family = (name: string) => name.replace(/^(tsnet-(?:io|proto))\d+$/, '$1').replace(/\s+\d+$/, '') || name;
+
+/**
+ * TSNET_STATS: where the process's CPU went, by thread: tsnet's threads by kind (tsnet-plugin,
+ * tsnet-proto, tsnet-io, tsnet-v8: Node's platform), then the rest of the process (the
+ * application, NCCL, CUDA) with its three busiest kinds, so that what tsnet costs a job is
+ * seen next to what the job's own threads use. Counts since each thread started.
+ */
+export function processCpuLine(threads: ThreadCpu[]): string {
+  const groups = new Map<string, { us: number; n: number }>();
+  for (const t of threads) {
+    const key = family(t.name);
+    const g = groups.get(key) ?? { us: 0, n: 0 };
+    g.us += t.us;
+    g.n++;
+    groups.set(key, g);
+  }
+  const s = (us: number) => `${(us / 1e6).toFixed(2)} s`;
+  const item = (name: string, g: { us: number; n: number }) => `${name} ${s(g.us)}${g.n > 1 ? ` (${g.n})` : ''}`;
+  const ours = [...groups].filter(([k]) => k.startsWith('tsnet-'));
+  const rest = [...groups].filter(([k]) => !k.startsWith('tsnet-')).sort((a, b) => b[1].us - a[1].us);
+  const total = (gs: typeof ours) => gs.reduce((a, [, g]) => a + g.us, 0);
+  const count = (gs: typeof ours) => gs.reduce((a, [, g]) => a + g.n, 0);
+  const order = ['tsnet-plugin', 'tsnet-proto', 'tsnet-io', 'tsnet-v8'];
+  ours.sort((a, b) => (order.indexOf(a[0]) + 1 || 99) - (order.indexOf(b[0]) + 1 || 99) || a[0].localeCompare(b[0]));
+  const busiest = rest.slice(0, 3).map(([k, g]) => item(k, g)).join(', ');
+  return (
+    `stats: process CPU by thread (user + system): tsnet ${s(total(ours))} (${ours.map(([k, g]) => item(k, g)).join(', ') || 'no threads'}); ` +
+    `the rest of the process ${s(total(rest))} in ${count(rest)} thread(s)${busiest ? ` (${busiest})` : ''}`
   );
 }

@@ -1,0 +1,70 @@
+// TSNET_STATS's line of the process's CPU by thread (plugin/stats.ts): /proc's stat lines
+// read, tsnet's threads told from the rest of the process.
+import { describe, expect, it } from 'vitest';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { parseThreadStat, processCpuLine, readThreadsCpu } from '../../plugin/stats';
+
+// A stat line as proc(5) writes it: utime 250 and stime 50 ticks (3 s at USER_HZ 100).
+const statLine = (tid: number, name: string, utime: number, stime: number) =>
+  `${tid} (${name}) S 1 ${tid} ${tid} 0 -1 4194368 100 0 0 0 ${utime} ${stime} 0 0 20 0 12 0 1234 1000000 100 18446744073709551615\n`;
+
+describe('the CPU of each thread of the process', () => {
+  it('reads the name and utime + stime of a stat line, a name with spaces and parentheses included', () => {
+    expect(parseThreadStat(statLine(7, 'tsnet-io3', 250, 50))).toEqual({ name: 'tsnet-io3', us: 3e6 });
+    expect(parseThreadStat(statLine(8, 'a (b) c', 1, 0))).toEqual({ name: 'a (b) c', us: 1e4 });
+    expect(parseThreadStat('not a stat line')).toBeUndefined();
+    expect(parseThreadStat('9 (short) S 1')).toBeUndefined();
+  });
+
+  it('reads every thread of a task folder and skips the ones that are gone or unreadable', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tsnet-task-'));
+    try {
+      for (const [tid, name, u, s] of [[11, 'app', 100, 0], [12, 'tsnet-io0', 30, 20]] as const) {
+        fs.mkdirSync(path.join(dir, String(tid)));
+        fs.writeFileSync(path.join(dir, String(tid), 'stat'), statLine(tid, name, u, s));
+      }
+      fs.mkdirSync(path.join(dir, '13')); // ended between readdir and read: no stat file
+      expect(readThreadsCpu(dir).sort((a, b) => a.name.localeCompare(b.name))).toEqual([
+        { name: 'app', us: 1e6 },
+        { name: 'tsnet-io0', us: 5e5 },
+      ]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+    expect(readThreadsCpu(path.join(dir, 'gone'))).toEqual([]);
+  });
+
+  it('reads this process: one entry per thread, the main thread among them', () => {
+    const threads = readThreadsCpu();
+    expect(threads.length).toBeGreaterThanOrEqual(1);
+    const main = parseThreadStat(fs.readFileSync(`/proc/self/task/${process.pid}/stat`, 'latin1'));
+    expect(threads.map((t) => t.name)).toContain(main?.name);
+    for (const t of threads) expect(t.us).toBeGreaterThanOrEqual(0);
+  });
+
+  it('sums tsnet\'s threads by kind and names the busiest three kinds of the rest', () => {
+    const line = processCpuLine([
+      { name: 'tsnet-io1', us: 2e6 },
+      { name: 'all_reduce_perf', us: 9e6 },
+      { name: 'tsnet-v8', us: 1e5 },
+      { name: 'tsnet-plugin', us: 1.5e6 },
+      { name: 'tsnet-io0', us: 1e6 },
+      { name: 'NCCL Progress  0', us: 4e6 },
+      { name: 'NCCL Progress  1', us: 3e6 },
+      { name: 'cuda-EvtHandlr', us: 0 },
+      { name: 'tsnet-proto1', us: 5e5 },
+      { name: 'tsnet-v8', us: 2e5 },
+      { name: 'all_reduce_perf', us: 1e6 },
+      { name: 'NCCL Service  0', us: 1e4 },
+    ]);
+    expect(line).toBe(
+      'stats: process CPU by thread (user + system): tsnet 5.30 s (tsnet-plugin 1.50 s, tsnet-proto 0.50 s, tsnet-io 3.00 s (2), tsnet-v8 0.30 s (2)); ' +
+        'the rest of the process 17.01 s in 6 thread(s) (all_reduce_perf 10.00 s (2), NCCL Progress 7.00 s (2), NCCL Service 0.01 s)',
+    );
+    expect(processCpuLine([{ name: 'app', us: 0 }])).toBe(
+      'stats: process CPU by thread (user + system): tsnet 0.00 s (no threads); the rest of the process 0.00 s in 1 thread(s) (app 0.00 s)',
+    );
+  });
+});
