@@ -6,7 +6,7 @@ import { Port } from './engine/port';
 import { log, setLogSink } from './log';
 import type { Binding } from './native';
 import { Plugin } from './plugin';
-import { readThreadsCpu } from './stats';
+import { readProcessCpu, readThreadsCpu } from './stats';
 import { makeTransport } from './transports';
 import { setAscendingCopy } from './arrays';
 import { setClock } from './clock';
@@ -58,7 +58,7 @@ const plugin = new Plugin({
   busy: () => binding.busy(),
   ioCpu: () => Array.from(binding.ioStats()),
   ioWakes: () => binding.ioWakes(),
-  processCpu: () => readThreadsCpu(),
+  processCpu: () => ({ threads: readThreadsCpu(), processUs: readProcessCpu() }),
   wakes: () => binding.wakes(),
   wakeState: () => binding.wakeState(),
   wakeSelf: () => binding.wakeSelf(),

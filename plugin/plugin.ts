@@ -44,8 +44,8 @@ export interface PluginHost {
   busy(): number;
   /** CPU microseconds of each I/O thread (thread 0 reports them). */
   ioCpu(): number[];
-  /** Every thread of the process and its CPU (thread 0 reports them, TSNET_STATS). */
-  processCpu?(): ThreadCpu[];
+  /** Every thread of the process and its CPU, and the whole process's (thread 0 reports them, TSNET_STATS). */
+  processCpu?(): { threads: ThreadCpu[]; processUs?: number };
   /** How late each I/O thread woke when asked to (thread 0 reports them). */
   ioWakes(): WakeDelays[];
   /** How late this protocol thread took the wake-ups sent to it. */
@@ -533,8 +533,8 @@ export class Plugin {
           if (io.length) log.info(`stats: I/O threads CPU ${io.map((us) => `${(us / 1e6).toFixed(3)} s`).join(', ')}`);
           const wakes = this.host.ioWakes();
           if (wakes.length) log.info(wakeStatsLine(`${wakes.length} I/O thread(s)`, wakes));
-          const threads = this.host.processCpu?.() ?? [];
-          if (threads.length) log.info(processCpuLine(threads));
+          const cpu = this.host.processCpu?.();
+          if (cpu?.threads.length) log.info(processCpuLine(cpu.threads, cpu.processUs));
         }
       }
       return {};

@@ -68,8 +68,8 @@ class FakeHost implements PluginHost {
   ioCpu(): number[] {
     return [1.5e6, 2.25e6];
   }
-  processCpu(): { name: string; us: number }[] {
-    return [{ name: 'tsnet-plugin', us: 1e6 }, { name: 'tsnet-io0', us: 1.5e6 }, { name: 'app', us: 4e6 }];
+  processCpu(): { threads: { name: string; us: number }[]; processUs?: number } {
+    return { threads: [{ name: 'tsnet-plugin', us: 1e6 }, { name: 'tsnet-io0', us: 1.5e6 }, { name: 'app', us: 4e6 }], processUs: 9e6 };
   }
   ioSetSpin(us: number): void {
     this.ioSpins.push(us);
@@ -923,7 +923,7 @@ describe('TSNET_STATS', () => {
       'stats: I/O threads CPU 1.500 s, 2.250 s',
       // 4 wake-ups: one each below 4, 8 and 16 us, one of 2.5 ms (below 4096 us)
       'stats: wake-ups of 2 I/O thread(s): 4, mean 632.5 us, median < 8 us, p99 < 4096 us, max 2500 us',
-      'stats: process CPU by thread (user + system): tsnet 2.50 s (tsnet-plugin 1.00 s, tsnet-io 1.50 s); the rest of the process 4.00 s in 1 thread(s) (app 4.00 s)',
+      'stats: process CPU by thread (user + system): tsnet 2.50 s (tsnet-plugin 1.00 s, tsnet-io 1.50 s); the rest of the process 4.00 s in 1 thread(s) (app 4.00 s); the whole process 9.00 s, threads that have ended included',
     ]);
   });
 

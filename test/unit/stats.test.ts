@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { parseThreadStat, processCpuLine, readThreadsCpu } from '../../plugin/stats';
+import { parseThreadStat, processCpuLine, readProcessCpu, readThreadsCpu } from '../../plugin/stats';
 
 // A stat line as proc(5) writes it: utime 250 and stime 50 ticks (3 s at USER_HZ 100).
 const statLine = (tid: number, name: string, utime: number, stime: number) =>
@@ -42,6 +42,10 @@ describe('the CPU of each thread of the process', () => {
     const main = parseThreadStat(fs.readFileSync(`/proc/self/task/${process.pid}/stat`, 'latin1'));
     expect(threads.map((t) => t.name)).toContain(main?.name);
     for (const t of threads) expect(t.us).toBeGreaterThanOrEqual(0);
+    // The whole process counts every thread, the ones that ended too.
+    const whole = readProcessCpu();
+    expect(whole).toBeGreaterThanOrEqual(Math.max(...threads.map((t) => t.us)));
+    expect(readProcessCpu('/proc/self/no-such-file')).toBeUndefined();
   });
 
   it('sums tsnet\'s threads by kind and names the busiest three kinds of the rest', () => {
@@ -58,10 +62,15 @@ describe('the CPU of each thread of the process', () => {
       { name: 'tsnet-v8', us: 2e5 },
       { name: 'all_reduce_perf', us: 1e6 },
       { name: 'NCCL Service  0', us: 1e4 },
+      { name: 'tsnet-bench', us: 0 }, // the application's, though named tsnet-*
     ]);
     expect(line).toBe(
       'stats: process CPU by thread (user + system): tsnet 5.30 s (tsnet-plugin 1.50 s, tsnet-proto 0.50 s, tsnet-io 3.00 s (2), tsnet-v8 0.30 s (2)); ' +
-        'the rest of the process 17.01 s in 6 thread(s) (all_reduce_perf 10.00 s (2), NCCL Progress 7.00 s (2), NCCL Service 0.01 s)',
+        'the rest of the process 17.01 s in 7 thread(s) (all_reduce_perf 10.00 s (2), NCCL Progress 7.00 s (2), NCCL Service 0.01 s)',
+    );
+    expect(processCpuLine([{ name: 'tsnet-io0', us: 1e6 }], 2.5e6)).toBe(
+      'stats: process CPU by thread (user + system): tsnet 1.00 s (tsnet-io 1.00 s); the rest of the process 0.00 s in 0 thread(s); ' +
+        'the whole process 2.50 s, threads that have ended included',
     );
     expect(processCpuLine([{ name: 'app', us: 0 }])).toBe(
       'stats: process CPU by thread (user + system): tsnet 0.00 s (no threads); the rest of the process 0.00 s in 1 thread(s) (app 0.00 s)',
