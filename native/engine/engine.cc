@@ -606,25 +606,53 @@ std::atomic<bool> g_noPwait2{false};
 // thread alone sees only every few of them: with 4 rails at 4 ranks a thread's own gaps passed
 // the ms of short polls, its next message waited for the 1 ms poll, the operation slowed, the
 // gaps grew, and 8-byte AllReduce settled at 1.7-2.9 ms where one rail took 42-65 us
-// (docs/performance.md, item 25). Any such thread's work now counts as this thread's, for its
-// busy-poll window and its short polls. Written at most every 100 us, so that busy threads do
-// not fight over its cache line.
+// (docs/performance.md, item 25). Any such thread's work counts as this thread's for its short
+// polls (a poll every TSNET_OFI_POLL_US). Its busy-poll window, where it polls without
+// sleeping, runs from the work of the rails of its own endpoints only (g_groupWork): when it
+// ran from any thread's, every protocol thread's endpoint kept an I/O thread spinning whenever
+// one of them carried messages, a whole CPU per idle endpoint (item 32). Written at most every
+// 100 us, so that busy threads do not fight over the cache lines.
 std::atomic<uint64_t> g_noWaitWork{0};
 constexpr uint64_t kNoWaitShareNs = 100000;
+// The last work of each group of rails (one endpoint's rails, ofiRail's group), by group
+// number modulo the table: two groups that share a slot only share their windows.
+constexpr size_t kSpinGroups = 256;
+std::atomic<uint64_t> g_groupWork[kSpinGroups];
 
-void noteNoWaitWork(uint64_t now) {
-  uint64_t last = g_noWaitWork.load(std::memory_order_relaxed);
-  if (now > last && now - last >= kNoWaitShareNs) g_noWaitWork.store(now, std::memory_order_relaxed);
+void noteShared(std::atomic<uint64_t>& at, uint64_t now) {
+  uint64_t last = at.load(std::memory_order_relaxed);
+  if (now > last && now - last >= kNoWaitShareNs) at.store(now, std::memory_order_relaxed);
 }
 
-/**
- * ns since this thread's last work or, where it serves an endpoint without a wait fd, since any
- * such thread's: both its busy-poll window and its short polls run from that.
- */
-uint64_t idleNs(const IoThread* t, uint64_t now, uint64_t lastWork) {
+void noteNoWaitWork(const IoThread* t, uint64_t now) {
+  noteShared(g_noWaitWork, now);
+  for (const Lane* l : t->ofi)
+    if (l->ofiNoWait && l->spinGroup) noteShared(g_groupWork[l->spinGroup % kSpinGroups], now);
+}
+
+uint64_t since(uint64_t recent, uint64_t now) { return recent >= now ? 0 : now - recent; }
+
+/** ns since this thread's last work or, where it serves an endpoint without a wait fd, since any such thread's: its short polls run from that. */
+uint64_t pollIdleNs(const IoThread* t, uint64_t now, uint64_t lastWork) {
   uint64_t recent = lastWork;
   if (t->ofiNoWait) recent = std::max(recent, g_noWaitWork.load(std::memory_order_relaxed));
-  return recent >= now ? 0 : now - recent;
+  return since(recent, now);
+}
+
+/** ns since the last work of the rails of this thread's endpoints without a wait fd (0 where it has none): its busy-poll window runs from that too. */
+uint64_t groupIdleNs(const IoThread* t, uint64_t now) {
+  uint64_t recent = 0;
+  for (const Lane* l : t->ofi)
+    if (l->ofiNoWait && l->spinGroup) recent = std::max(recent, g_groupWork[l->spinGroup % kSpinGroups].load(std::memory_order_relaxed));
+  return recent ? since(recent, now) : UINT64_MAX;
+}
+
+/** Whether this thread's busy-poll window of spin ns has run out: its own work and its rails' are that old. */
+bool windowClosed(IoThread* t, uint64_t now, uint64_t lastWork, uint64_t spin) {
+  if (since(lastWork, now) < spin) return false;
+  if (!t->ofiNoWait || groupIdleNs(t, now) >= spin) return true;
+  t->sharedSpins.fetch_add(1, std::memory_order_relaxed);
+  return false;
 }
 
 int waitShort(int ep, epoll_event* evs, int max, uint64_t ns) {
@@ -710,12 +738,12 @@ void threadMain(IoThread* t) {
     t->graveyard.resize(kept);
     if (work) {
       lastWork = now;
-      if (t->ofiNoWait) noteNoWaitWork(now);
+      if (t->ofiNoWait) noteNoWaitWork(t, now);
     }
     int timeout = 0;
     bool shortWait = false;
     if (backlog) timeout = 1;  // a completion ring is full: its protocol thread drains it soon
-    else if (uint64_t spin = t->spinNs.load(std::memory_order_relaxed); t->run.empty() && (spin == 0 || idleNs(t, now, lastWork) >= spin)) {
+    else if (uint64_t spin = t->spinNs.load(std::memory_order_relaxed); t->run.empty() && (spin == 0 || windowClosed(t, now, lastWork, spin))) {
       // Dekker with the posters: they publish, then load sleeping; we store it, then look.
       __atomic_store_n(sleeping, 1, __ATOMIC_SEQ_CST);
       if (!anySubs(t) && !t->admin.load(std::memory_order_seq_cst)) {
@@ -724,7 +752,7 @@ void threadMain(IoThread* t) {
         // the first ms after activity every noWaitNs (a reply is usually that close).
         if (!t->ofi.empty() && (t->ofiNoWait || !ofiMayBlock(t))) {
           timeout = t->ofiNoWait ? 1 : 0;
-          shortWait = t->ofiNoWait && idleNs(t, now, lastWork) < kNoWaitRecentNs;
+          shortWait = t->ofiNoWait && pollIdleNs(t, now, lastWork) < kNoWaitRecentNs;
         }
       }
     }

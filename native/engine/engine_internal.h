@@ -85,6 +85,7 @@ struct Lane {
   Op* ofiTail = nullptr;
   int ofiErrors = 0;         // failed completions so far (the first ones are logged)
   bool ofiNoWait = false;    // no wait fd: its thread must poll it (I/O thread only)
+  uint32_t spinGroup = 0;    // the rails of one endpoint share their busy-poll window (ofiRail); set before kAddOfi
   std::string ofiLastError;  // the provider's words for the last one
   uint8_t* rx = nullptr;  // control lanes: the receive ring (rxMem), shared with its JavaScript ArrayBuffer
   tsn_rx_hdr_t* rxHdr = nullptr;
@@ -124,6 +125,9 @@ struct IoThread {
   int cudaDevice = -1;           // the GPU whose primary context this thread made current (-1: none)
   int ofiNoWait = 0;             // of those, lanes without a wait fd: the thread never blocks long
   bool ofiActive = false;        // this pass found completions on them: activity, like a submission
+  // Passes this thread polled on in a busy-poll window that only another rail of one of its
+  // endpoints kept open (its own work older than the window): ioSpinShared, for tests.
+  std::atomic<uint64_t> sharedSpins{0};
   Op* freeOps = nullptr;
   std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread
   std::atomic<uint64_t> spinNs{0};  // after work, poll this long before sleeping (TSNET_SPIN_US; ioSetSpin)

@@ -442,6 +442,16 @@ Napi::Value IoStats(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// ioSpinShared() -> per I/O thread, the passes it polled on in a busy-poll window that only
+// another rail of its endpoints kept open (engine.cc, windowClosed).
+Napi::Value IoSpinShared(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int n = E ? static_cast<int>(E->threads.size()) : 0;
+  Napi::Float64Array out = Napi::Float64Array::New(env, n);
+  for (int i = 0; i < n; i++) out[i] = static_cast<double>(E->threads[i]->sharedSpins.load(std::memory_order_relaxed));
+  return out;
+}
+
 // ioSetSpin(us): every I/O thread's busy-poll window from now on (TSNET_SPIN_MAX_US adapts it).
 Napi::Value IoSetSpin(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -548,6 +558,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioCancel", Napi::Function::New(e, IoCancel, "ioCancel"));
   o.Set("ioTrace", Napi::Function::New(e, IoTrace, "ioTrace"));
   o.Set("ioStats", Napi::Function::New(e, IoStats, "ioStats"));
+  o.Set("ioSpinShared", Napi::Function::New(e, IoSpinShared, "ioSpinShared"));
   o.Set("ioWakes", Napi::Function::New(e, IoWakes, "ioWakes"));
   o.Set("ioSetSpin", Napi::Function::New(e, IoSetSpin, "ioSetSpin"));
   o.Set("ioStalls", Napi::Function::New(e, IoStalls, "ioStalls"));

@@ -445,9 +445,12 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// ofiRail(nic, thread, link) -> { lane, thread, name, skipped }: an RDM endpoint on the NIC, owned by I/O
-// thread `thread` (-1: round robin); its completions go to the calling protocol thread's link.
-// skipped: region names shm refused as left by a killed process with this pid (OfiEndpoint::open).
+// ofiRail(nic, thread, link, group?) -> { lane, thread, group, name, skipped }: an RDM endpoint on
+// the NIC, owned by I/O thread `thread` (-1: round robin); its completions go to the calling
+// protocol thread's link. group: the rails of one endpoint share their I/O threads' busy-poll
+// window (engine.cc, g_groupWork); a rail given none (0 or absent) starts a new group, the
+// answer's. skipped: region names shm refused as left by a killed process with this pid
+// (OfiEndpoint::open).
 Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int nic = static_cast<int>(num(info, 0));
@@ -479,8 +482,13 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   OfiError err;
   std::unique_ptr<OfiEndpoint> ep = OfiEndpoint::open(domain, o, &err);
   if (!ep) return fail(env, err.text, err.result);
+  static std::atomic<uint32_t> groups{0};
+  double g = info.Length() > 3 && info[3].IsNumber() ? info[3].As<Napi::Number>().DoubleValue() : 0;
+  if (!(g >= 0 && g <= UINT32_MAX)) return fail(env, "ofiRail: the group must be a number from 0 to 2^32 - 1");
+  uint32_t group = g >= 1 ? static_cast<uint32_t>(g) : ++groups;
   Lane* l = newLane(-1, E->threads[ti], p, static_cast<uint32_t>(num(info, 2)));
   if (!l) return fail(env, "ofiRail: too many lanes", TSN_SYSTEM_ERROR);
+  l->spinGroup = group;
   l->ofi = ep.release();
   if (int fd = l->ofi->waitFd(); fd >= 0) {
     epoll_event ev{};
@@ -492,6 +500,7 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   Napi::Object out = Napi::Object::New(env);
   out.Set("lane", l->id);
   out.Set("thread", ti);
+  out.Set("group", group);
   out.Set("skipped", l->ofi->shmNamesRefused());
   const std::string& name = l->ofi->name();
   out.Set("name", Napi::Buffer<uint8_t>::Copy(env, reinterpret_cast<const uint8_t*>(name.data()), name.size()));

@@ -25,6 +25,8 @@ export interface EngineAddon extends LaneBinding {
   ioStats(): Float64Array;
   ioWakes(): { count: number; sumUs: number; maxUs: number; buckets: number[] }[];
   ioSetSpin(us: number): void;
+  /** Per I/O thread: passes in a busy-poll window that only another rail of its endpoints kept open. */
+  ioSpinShared(): Float64Array;
   addressOf(buffer: ArrayBuffer): number;
   socketPair(): [number, number];
   lanes(): number;

@@ -64,7 +64,11 @@ export interface OfiNicInfo {
 export interface OfiBinding extends EngineBinding {
   ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean; dmabuf?: boolean; source?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
   /** skipped: region names shm refused as in use by this pid (left by a killed process with the same pid), passed by. */
-  ofiRail(nic: number, thread: number, link: number): { lane: number; thread: number; name: Uint8Array; skipped?: number };
+  /**
+   * group: the rails of one endpoint share their I/O threads' busy-poll window; 0 or absent
+   * starts a new group, the answer's (native/engine/engine.cc, g_groupWork).
+   */
+  ofiRail(nic: number, thread: number, link: number, group?: number): { lane: number; thread: number; group?: number; name: Uint8Array; skipped?: number };
   ofiInsertPeer(lane: number, name: Uint8Array): number;
   /** fd (with offset): register through that DMA-BUF (FI_MR_DMABUF, libfabric API 1.20); the fd is not kept. */
   ofiRegMr(lane: number, addr: number, len: number, cuda: boolean, ipc?: boolean, fd?: number, offset?: number): MrAnswer;
@@ -124,6 +128,8 @@ export class NativeRail implements Rail, CqeHandler {
   private readonly lane: number;
   /** The I/O thread that owns the endpoint. */
   readonly thread: number;
+  /** The rails whose work keeps this rail's I/O thread in its busy-poll window: the rails of one endpoint. */
+  readonly group: number;
   private readonly link: number;
   private readonly one: Completion = { token: 0, status: 0, flags: 0, len: 0, imm: 0, immHi: 0, src: -1 };
   private readonly batch: Completion[] = [this.one];
@@ -137,12 +143,15 @@ export class NativeRail implements Rail, CqeHandler {
     info: OfiNicInfo,
     readonly index: number,
     private readonly onCompletions: OnCompletions,
+    /** The group of the endpoint's other rails; 0: a new one. */
+    group = 0,
   ) {
     this.link = port.addLink(this);
     try {
-      const r = binding.ofiRail(nic, -1, this.link);
+      const r = binding.ofiRail(nic, -1, this.link, group);
       this.lane = r.lane;
       this.thread = r.thread;
+      this.group = r.group ?? group;
       this.name = new Uint8Array(r.name);
       if (r.skipped) log.info(shmSkippedLine(r.skipped, process.pid));
     } catch (e) {

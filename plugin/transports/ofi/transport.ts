@@ -283,7 +283,8 @@ export class OfiTransport implements Transport {
       const count = deviceRails(d.nics.length, this.ofi.forceRails);
       for (let i = 0; i < count; i++) {
         const nic = d.nics[nicOf(i, d.nics.length)];
-        rails.push(new NativeRail(port, this.binding, nic, this.opened.nics[nic], i, onCompletions));
+        // The rails share their threads' busy-poll window (a comm's messages take turns over them).
+        rails.push(new NativeRail(port, this.binding, nic, this.opened.nics[nic], i, onCompletions, rails[0]?.group ?? 0));
       }
       ep = new OfiEndpoint(rails, {
         config: this.ofi,
