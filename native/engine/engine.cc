@@ -608,12 +608,18 @@ std::atomic<bool> g_noPwait2{false};
 // gaps grew, and 8-byte AllReduce settled at 1.7-2.9 ms where one rail took 42-65 us
 // (docs/performance.md, item 25). Any such thread's work counts as this thread's for its short
 // polls (a poll every TSNET_OFI_POLL_US). Its busy-poll window, where it polls without
-// sleeping, runs from the work of the rails of its own endpoints only (g_groupWork): when it
-// ran from any thread's, every protocol thread's endpoint kept an I/O thread spinning whenever
-// one of them carried messages, a whole CPU per idle endpoint (item 32). Written at most every
-// 100 us, so that busy threads do not fight over the cache lines.
+// sleeping, runs from the work of the rails of its own endpoints (g_groupWork), and from any
+// such thread's only while its own endpoints worked in the last kBorrowNs: when it ran from any
+// thread's whatever this one did, every protocol thread's endpoint kept an I/O thread spinning
+// whenever one of them carried messages, a whole CPU per idle endpoint (item 32); with no
+// borrowing at all, endpoints that take turns within an operation (NCCL's channels on several
+// protocol threads) slept between their turns, and 32 KiB AllReduce with 4 protocol threads
+// took a quarter longer. Written at most every 100 us, so that busy threads do not fight over
+// the cache lines.
 std::atomic<uint64_t> g_noWaitWork{0};
 constexpr uint64_t kNoWaitShareNs = 100000;
+// How recent this thread's own work must be for another endpoint's to hold its window open.
+constexpr uint64_t kBorrowNs = 10000000;
 // The last work of each group of rails (one endpoint's rails, ofiRail's group), by group
 // number modulo the table: two groups that share a slot only share their windows.
 constexpr size_t kSpinGroups = 256;
@@ -647,12 +653,23 @@ uint64_t groupIdleNs(const IoThread* t, uint64_t now) {
   return recent ? since(recent, now) : UINT64_MAX;
 }
 
-/** Whether this thread's busy-poll window of spin ns has run out: its own work and its rails' are that old. */
+/**
+ * Whether this thread's busy-poll window of spin ns has run out: its own work and its rails'
+ * are that old, and so is every shm thread's or its own is older than kBorrowNs.
+ */
 bool windowClosed(IoThread* t, uint64_t now, uint64_t lastWork, uint64_t spin) {
-  if (since(lastWork, now) < spin) return false;
-  if (!t->ofiNoWait || groupIdleNs(t, now) >= spin) return true;
-  t->sharedSpins.fetch_add(1, std::memory_order_relaxed);
-  return false;
+  uint64_t own = since(lastWork, now);
+  if (own < spin) return false;
+  if (!t->ofiNoWait) return true;
+  if (groupIdleNs(t, now) < spin) {
+    t->sharedSpins.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  if (own < kBorrowNs && pollIdleNs(t, now, lastWork) < spin) {
+    t->borrowedSpins.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  return true;
 }
 
 int waitShort(int ep, epoll_event* evs, int max, uint64_t ns) {

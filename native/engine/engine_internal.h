@@ -126,8 +126,10 @@ struct IoThread {
   int ofiNoWait = 0;             // of those, lanes without a wait fd: the thread never blocks long
   bool ofiActive = false;        // this pass found completions on them: activity, like a submission
   // Passes this thread polled on in a busy-poll window that only another rail of one of its
-  // endpoints kept open (its own work older than the window): ioSpinShared, for tests.
+  // endpoints kept open (its own work older than the window), and that only another endpoint's
+  // work kept open (its own within kBorrowNs): ioSpinShared, for tests.
   std::atomic<uint64_t> sharedSpins{0};
+  std::atomic<uint64_t> borrowedSpins{0};
   Op* freeOps = nullptr;
   std::vector<tsn_cqe_t> out[kMaxPorts];  // completions of this pass, per protocol thread
   std::atomic<uint64_t> spinNs{0};  // after work, poll this long before sleeping (TSNET_SPIN_US; ioSetSpin)

@@ -443,12 +443,16 @@ Napi::Value IoStats(const Napi::CallbackInfo& info) {
 }
 
 // ioSpinShared() -> per I/O thread, the passes it polled on in a busy-poll window that only
-// another rail of its endpoints kept open (engine.cc, windowClosed).
+// another rail of its endpoints kept open, then (from index n) those only another endpoint's
+// work kept open (engine.cc, windowClosed).
 Napi::Value IoSpinShared(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   int n = E ? static_cast<int>(E->threads.size()) : 0;
-  Napi::Float64Array out = Napi::Float64Array::New(env, n);
-  for (int i = 0; i < n; i++) out[i] = static_cast<double>(E->threads[i]->sharedSpins.load(std::memory_order_relaxed));
+  Napi::Float64Array out = Napi::Float64Array::New(env, 2 * n);
+  for (int i = 0; i < n; i++) {
+    out[i] = static_cast<double>(E->threads[i]->sharedSpins.load(std::memory_order_relaxed));
+    out[n + i] = static_cast<double>(E->threads[i]->borrowedSpins.load(std::memory_order_relaxed));
+  }
   return out;
 }
 

@@ -25,7 +25,7 @@ export interface EngineAddon extends LaneBinding {
   ioStats(): Float64Array;
   ioWakes(): { count: number; sumUs: number; maxUs: number; buckets: number[] }[];
   ioSetSpin(us: number): void;
-  /** Per I/O thread: passes in a busy-poll window that only another rail of its endpoints kept open. */
+  /** Per I/O thread: passes in a busy-poll window that only another rail of its endpoints kept open; then per thread those only another endpoint's work did. */
   ioSpinShared(): Float64Array;
   addressOf(buffer: ArrayBuffer): number;
   socketPair(): [number, number];
