@@ -645,7 +645,7 @@ uint64_t pollIdleNs(const IoThread* t, uint64_t now, uint64_t lastWork) {
   return since(recent, now);
 }
 
-/** ns since the last work of the rails of this thread's endpoints without a wait fd (0 where it has none): its busy-poll window runs from that too. */
+/** ns since the last work of the rails of this thread's endpoints without a wait fd (UINT64_MAX where it has none): its busy-poll window runs from that too. */
 uint64_t groupIdleNs(const IoThread* t, uint64_t now) {
   uint64_t recent = 0;
   for (const Lane* l : t->ofi)

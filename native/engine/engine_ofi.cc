@@ -456,6 +456,10 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   int nic = static_cast<int>(num(info, 0));
   int p = bindingThreadIndex();
   if (!E || p < 0 || !E->ports[p].load()) return fail(env, "ofiRail: call ioStart and ioPort first", TSN_INTERNAL_ERROR);
+  double g = info.Length() > 3 && info[3].IsNumber() ? info[3].As<Napi::Number>().DoubleValue() : 0;
+  if (!(g >= 0 && g <= UINT32_MAX)) return fail(env, "ofiRail: the group must be a number from 0 to 2^32 - 1");
+  static std::atomic<uint32_t> groups{0};
+  uint32_t group = g >= 1 ? static_cast<uint32_t>(g) : ++groups;
   std::shared_ptr<OfiDomain> domain;
   {
     std::lock_guard<std::mutex> g(g_mu);
@@ -482,10 +486,6 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   OfiError err;
   std::unique_ptr<OfiEndpoint> ep = OfiEndpoint::open(domain, o, &err);
   if (!ep) return fail(env, err.text, err.result);
-  static std::atomic<uint32_t> groups{0};
-  double g = info.Length() > 3 && info[3].IsNumber() ? info[3].As<Napi::Number>().DoubleValue() : 0;
-  if (!(g >= 0 && g <= UINT32_MAX)) return fail(env, "ofiRail: the group must be a number from 0 to 2^32 - 1");
-  uint32_t group = g >= 1 ? static_cast<uint32_t>(g) : ++groups;
   Lane* l = newLane(-1, E->threads[ti], p, static_cast<uint32_t>(num(info, 2)));
   if (!l) return fail(env, "ofiRail: too many lanes", TSN_SYSTEM_ERROR);
   l->spinGroup = group;

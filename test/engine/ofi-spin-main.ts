@@ -3,7 +3,8 @@
 // own) every millisecond or so for a while; C, idle, is in a group of its own; D, idle, is in
 // A's group (a second rail of A's endpoint); E, in a group of its own, writes into B every
 // 4 ms (its own work more recent than kBorrowNs, older than the 2 ms window). Prints
-// {"shared": [passes per thread], "borrowed": [...], "cpuUs": [...], "writes": n}.
+// {"shared": [passes per thread], "borrowed": [...], "cpuUs": [...], "writes": n, "refused":
+// the error of a rail asked for group -1}.
 import type { CqeHandler } from '../../plugin/engine/port';
 import { SubKind } from '../../plugin/engine/records';
 import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
@@ -28,6 +29,12 @@ async function main(): Promise<void> {
   const d = ofi.ofiRail(0, 3, links[3], a.group);
   const e = ofi.ofiRail(0, 4, links[4]);
   if (!a.group || new Set([a.group, b.group, c.group, e.group]).size !== 4 || d.group !== a.group) throw new Error(`groups ${[a, b, c, d, e].map((r) => r.group)}`);
+  let refused = '';
+  try {
+    ofi.ofiRail(0, 0, links[2], -1);
+  } catch (err) {
+    refused = (err as Error).message;
+  }
   const aToB = ofi.ofiInsertPeer(a.lane, b.name);
   const eToB = ofi.ofiInsertPeer(e.lane, b.name);
   ofi.ofiInsertPeer(b.lane, a.name);
@@ -61,7 +68,7 @@ async function main(): Promise<void> {
   eng.ioSetSpin(0);
   for (const r of [a, b, c, d, e]) ofi.ioClose(r.lane, false);
   forgetShm();
-  console.log(JSON.stringify({ shared, borrowed, cpuUs, writes }));
+  console.log(JSON.stringify({ shared, borrowed, cpuUs, writes, refused }));
   process.exit(0);
 }
 

@@ -20,8 +20,9 @@ describe.skipIf(!!missing || !HAVE_LIBFABRIC)('engine: busy-poll windows shared 
       env: { ...process.env, FI_PROVIDER: 'shm' },
     });
     expect(r.status, r.stderr.slice(-2000)).toBe(0);
-    const seen = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { shared: number[]; borrowed: number[]; cpuUs: number[]; writes: number };
+    const seen = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { shared: number[]; borrowed: number[]; cpuUs: number[]; writes: number; refused: string };
     expect(seen.writes).toBeGreaterThan(0);
+    expect(seen.refused).toMatch(/ofiRail: the group must be a number from 0 to 2\^32 - 1/);
     expect([seen.shared[2], seen.borrowed[2]]).toEqual([0, 0]); // C: other endpoints' work never opened its window
     expect(seen.shared[3]).toBeGreaterThan(0); // D: A's rail, polled on while A worked
     expect(seen.shared[4]).toBe(0); // E: no other rail in its group
