@@ -7,7 +7,6 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <strings.h>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -177,20 +176,9 @@ static void retireListen(ListenComm* l) {
   quarantine<ListenComm, 1024>(l);
 }
 
-// The protocol thread for a new listener or send comm: round robin over the running ones.
-// TSNET_COMM_THREADS (plugin/config.ts checks it): rr, the default, one count for listens and
-// connects; pair, a count each, so that where NCCL sets up a round of channels as all their
-// listens (receive sides) and then all their connects (send sides), channel c's two comms land
-// on one thread (c modulo the threads), and a channel's small messages keep one protocol thread
-// and one endpoint's I/O thread polling instead of two (docs/performance.md, item 32).
-enum class PickFor { kListen, kConnect };
-static int pickThread(PickFor k) {
-  static std::atomic<unsigned> listens{0}, connects{0};
-  static const bool pair = [] {
-    const char* v = getenv("TSNET_COMM_THREADS");
-    return v && strcasecmp(v, "pair") == 0;
-  }();
-  std::atomic<unsigned>& next = pair && k == PickFor::kConnect ? connects : listens;
+// The protocol thread for a new listener: round robin over the running ones.
+static int pickThread() {
+  static std::atomic<unsigned> next{0};
   return static_cast<int>(next++ % static_cast<unsigned>(hostThreads()));
 }
 
@@ -294,7 +282,7 @@ tsn_result_t tsn_listen(void* ctx, int dev, void* handle, void** listenComm) {
   Ctx* c = ctxOf(ctx);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "listen: %p is not a context from init", ctx);
   if (!handle || !listenComm) FAIL(TSN_INVALID_ARGUMENT, "listen: handle or listenComm is NULL");
-  int thread = pickThread(PickFor::kListen);
+  int thread = pickThread();
   return hostCall(thread, [&] {
     uint32_t id = 0;
     tsn_result_t rc = jsListen(c->jsId, dev, handle, &id);
@@ -322,7 +310,7 @@ tsn_result_t tsn_connect(void* ctx, int dev, const tsn_comm_config_t* config, vo
   {
     std::lock_guard<std::mutex> g(g_connectMu);
     auto it = g_connecting->find(key);
-    thread = it != g_connecting->end() ? it->second : ((*g_connecting)[key] = pickThread(PickFor::kConnect));
+    thread = it != g_connecting->end() ? it->second : ((*g_connecting)[key] = pickThread());
   }
   tsn_result_t rc = hostCall(thread, [&] {
     uint32_t id = 0;

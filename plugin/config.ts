@@ -234,11 +234,6 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
     else note('protocol threads', 1);
     protocolThreads = 1;
   } else note('protocol threads', protocolThreads, ptSrc);
-  // Read by native/core.cc (pickThread) where a listener or send comm gets its protocol thread.
-  const ctSrc = pick(env, ['TSNET_COMM_THREADS']);
-  const ctValue = ctSrc?.value.toLowerCase();
-  if (ctSrc && ctValue !== 'rr' && ctValue !== 'pair') throw invalidArgument(`${ctSrc.name}=${ctSrc.value}: expected rr or pair`);
-  if (ctSrc) note('comms on protocol threads', ctValue === 'pair' ? 'listens and connects counted apart (pair)' : 'listens and connects in one round robin (rr)', ctSrc);
 
   const policy = <P extends { name: string }>(name: string, list: readonly P[]): P => {
     const src = pick(env, [name]);

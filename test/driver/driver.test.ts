@@ -220,29 +220,6 @@ describe('C driver, TCP, --procs 2, v12, teardown with TSNET_PROTOCOL_THREADS', 
     }, 120_000);
 });
 
-// TSNET_COMM_THREADS: which protocol thread a listener and the send comm connected next get, with
-// 2 protocol threads, one process. Thread k hands out ids k+1, k+1+16, ... (threads-and-calls.md),
-// and TSNET_STATS names each comm at its close.
-describe('C driver, TCP, --procs 1, v12, TSNET_COMM_THREADS', () => {
-  for (const [mode, same] of [['rr', false], ['pair', true]] as const)
-    it(`${mode}: the receive comm and the send comm connected to it on ${same ? 'one protocol thread' : 'two protocol threads'}`, async () => {
-      requireLib();
-      const r = await runDriver(['transfer', '--procs', '1', '--version', '12', '--verbose'], {
-        ...TCP,
-        TSNET_PROTOCOL_THREADS: '2',
-        TSNET_COMM_THREADS: mode,
-        TSNET_STATS: '1',
-      });
-      expectClean(r);
-      const threadOf = (kind: string) => [...r.err.matchAll(new RegExp(`NET/tsnet stats: comm (\\d+) \\(${kind}\\)`, 'g'))].map((m) => (Number(m[1]) - 1) % 16);
-      const [send, recv] = [threadOf('send'), threadOf('receive')];
-      expect(send.length, r.err.slice(-3000)).toBeGreaterThan(0);
-      expect(send.length).toBe(recv.length);
-      // The scenario's pairs in order: each listen, then the connect to it.
-      for (let i = 0; i < send.length; i++) expect(send[i] === recv[i], `pair ${i}: send on ${send[i]}, receive on ${recv[i]}`).toBe(same);
-    }, 120_000);
-});
-
 // TSNET_STATS through the .so: without a busy-poll window every hand-over between threads is a
 // wake-up, and each process reports how late its protocol thread and its I/O threads took them.
 describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
