@@ -417,7 +417,7 @@ int shim_threads(const char* prefix, void (*each)(const char* name, const char* 
     name[strcspn(name, "\n")] = 0;
     if (strncmp(name, prefix, strlen(prefix)) != 0) continue;
     n++;
-    each(name, dir, arg);
+    if (each) each(name, dir, arg);
   }
   closedir(d);
   return n;

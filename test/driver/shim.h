@@ -106,6 +106,6 @@ int shim_cuda_open(ShimCuda* c, char* why, size_t len);
 // it when remove is set; returns how many there were.
 int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* arg), void* arg);
 
-// Calls each(name, dir, arg) for every thread of this process whose name (comm) starts with
+// Calls each(name, dir, arg) (unless each is NULL: counting only) for every thread of this process whose name (comm) starts with
 // prefix; dir is its /proc/self/task/<tid> folder. Returns how many there were.
 int shim_threads(const char* prefix, void (*each)(const char* name, const char* dir, void* arg), void* arg);

@@ -46,8 +46,8 @@ const gib = (b: number): string => (b / 2 ** 30).toFixed(1);
 /**
  * Rails for the devices (TSNET_OFI_RAILS). 'nics' (the default): one per NIC, as aws-ofi-nccl.
  * 'auto': shm moves a remote write's bytes inside the target endpoint's completion-queue poll,
- * so one endpoint copies on one I/O thread; auto gives a one-NIC shm device min(AUTO_RAILS, I/O
- * threads) rails, small messages one rail per comm (unless TSNET_OFI_SMALL_RAIL says), where
+ * so one endpoint copies on one I/O thread; auto gives a one-NIC shm device AUTO_RAILS rails
+ * (one I/O thread each), small messages one rail per comm (unless TSNET_OFI_SMALL_RAIL says), where
  * this process counts on AUTO_RAILS_MIN_CORES cores and /dev/shm has AUTO_RAILS_MIN_SHM_FREE
  * free; other providers keep one rail per NIC (over libfabric tcp, 4 rails doubled the CPU and
  * made small operations take milliseconds in the same lease). OFI_NCCL_FORCE_NUM_RAILS overrides
@@ -62,14 +62,14 @@ export function chooseRails(c: Pick<OfiConfig, 'forceRails' | 'rails' | 'smallRa
   }
   if (h.provider !== 'shm' || h.nics !== 1) return keep(`ofi rails = one per NIC (TSNET_OFI_RAILS=auto adds rails to one shm NIC only; this is ${h.provider})`);
   const more = `OFI_NCCL_FORCE_NUM_RAILS=2 to ${MAX_RAILS} gives the device that many endpoints, each on its own I/O thread`;
-  const free = h.cores >= AUTO_RAILS_MIN_CORES && h.ioThreads >= 2 ? h.shmFree() : undefined;
+  const free = h.cores >= AUTO_RAILS_MIN_CORES && h.ioThreads >= AUTO_RAILS ? h.shmFree() : undefined;
   let why = '';
   if (h.cores < AUTO_RAILS_MIN_CORES) why = `this process counts on ${h.cores} cores, fewer than ${AUTO_RAILS_MIN_CORES}`;
-  else if (h.ioThreads < 2) why = `${h.ioThreads} I/O thread`;
+  else if (h.ioThreads < AUTO_RAILS) why = `${h.ioThreads} I/O thread`;
   else if (free === undefined) why = '/dev/shm cannot be read';
   else if (free < AUTO_RAILS_MIN_SHM_FREE) why = `/dev/shm has ${gib(free)} GiB free, less than ${gib(AUTO_RAILS_MIN_SHM_FREE)}`;
   if (why) return keep(`ofi rails = 1 (TSNET_OFI_RAILS=auto, but ${why}; ${more})`);
-  const rails = Math.min(AUTO_RAILS, MAX_RAILS, h.ioThreads);
+  const rails = AUTO_RAILS; // one I/O thread each: the process has that many (checked above)
   const smallRail: SmallRail = c.smallRailSet ? c.smallRail : 'comm';
   return {
     forceRails: rails,
