@@ -134,6 +134,14 @@ for (const provider of ['tcp', 'shm'])
       }
     }, 240_000);
 
+    // The closing end tells its peer (CLOSE), and a closed listener's endpoint refuses a CONNECT:
+    // both fail with the reason, well before TSNET_TIMEOUT_SEC (3 s here) would have told.
+    it('--procs 1: lifecycle: a closed receiver and a closed listener are told, not waited out', () => {
+      expect(one.err).toMatch(/lifecycle: log 2: NET\/tsnet ofi \S+ send comm \d+: the peer closed its comm \d+\.\d s ago with requests pending here; failing 3 pending request\(s\)/);
+      expect(one.err).toMatch(/lifecycle: log 2: NET\/tsnet connect: ofi \S+ send comm \d+: connect: refused: the listener is closed/);
+      expect(one.err).not.toMatch(/lifecycle: .*(nothing heard from the peer|no answer from the listener)/);
+    });
+
     it('--procs 1: exits 0 with no failed check', () => {
       expect(one.out.split('\n').filter((l) => l.startsWith('not ok')), why(one.err)).toEqual([]);
       expect(one.status).toBe(0);

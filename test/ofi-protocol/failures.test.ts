@@ -5,6 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { captureWarnings } from '../support/log-capture';
 import type { RecvComm, SendComm } from '../../plugin/transports/ofi/fabric';
+import type { OfiSendComm } from '../../plugin/transports/ofi/send-comm';
+import { MsgKind, REFUSAL_BYTES, Refusal, encodeRefusal, msgKind } from '../../plugin/transports/ofi/wire';
 import { World, buf, pattern } from './harness';
 
 const warns = captureWarnings();
@@ -135,6 +137,100 @@ describe('a dead peer', () => {
   });
 });
 
+describe('a peer that closes its comm (CLOSE)', () => {
+  it('the receiver closes with sends pending: they fail after the grace, not at the timeout, with a WARN that says so', () => {
+    const { w, send, recv, src, dst } = setup({ timeoutMs: 4000 }); // grace 1 s
+    recv.irecv(1, [buf(dst, 0, 4096, 0)]);
+    w.settle();
+    w.fabric.hold = (type) => type === 'write'; // the send's data never gets there
+    send.isend(1, buf(src, 0, 4096, 0));
+    send.isend(2, buf(src, 0, 100, 0)); // waits for a receive that will not come
+    w.settle();
+    recv.close();
+    w.settle();
+    expect(w.a.ep.stats.peerClosed).toBe(1);
+    w.advance(900);
+    expect(w.a.has(1) || w.a.has(2)).toBe(false); // within the grace: what the peer sent may still complete
+    w.advance(200);
+    w.run(() => w.a.has(1) && w.a.has(2));
+    expect([w.a.take(1).code, w.a.take(2).code]).toEqual([6, 6]);
+    expect(warns.join('\n')).toMatch(/send comm \d+: the peer closed its comm 1\.1 s ago with requests pending here; failing 2 pending request\(s\)/);
+    // A send posted now fails at once: the comm has failed.
+    send.isend(3, buf(src, 0, 100, 0));
+    w.settle();
+    expect(w.a.take(3).code).toBe(6);
+    w.fabric.hold = undefined;
+    send.close();
+    w.settle();
+    w.check();
+  });
+
+  it('the sender closes with receives pending: they fail after the grace; what it sent before completes', () => {
+    const { w, send, recv, src, dst } = setup(); // timeout 1 s: grace 250 ms
+    recv.irecv(1, [buf(dst, 0, 4096, 0)]);
+    recv.irecv(2, [buf(dst, 4096, 4096, 0)]);
+    w.settle();
+    send.isend(1, buf(src, 0, 100, 0));
+    w.run(() => w.a.has(1) && w.b.has(1));
+    expect(w.b.take(1)).toEqual({ code: 0, sizes: [100] });
+    send.close();
+    w.settle();
+    expect(w.b.ep.stats.peerClosed).toBe(1);
+    w.advance(200);
+    expect(w.b.has(2)).toBe(false);
+    w.advance(100);
+    w.run(() => w.b.has(2));
+    expect(w.b.take(2).code).toBe(6);
+    expect(warns.join('\n')).toMatch(/recv comm \d+: the peer closed its comm 0\.3 s ago with requests pending here/);
+    recv.close();
+    w.settle();
+    w.check();
+  });
+
+  it('both ends close with nothing pending (NCCL\'s teardown): no WARN, no heartbeat after the CLOSE, no CLOSE back', () => {
+    const { w, send, recv } = setup();
+    recv.close();
+    w.settle();
+    const sends = () => w.a.host.rails[0].log.filter((o) => o.type === 'send').length + w.b.host.rails[0].log.filter((o) => o.type === 'send').length;
+    const before = sends();
+    for (let t = 0; t < 8; t++) w.advance(250); // two timeouts: the send comm neither fails nor beats
+    expect(sends()).toBe(before);
+    send.close();
+    w.settle();
+    expect(sends()).toBe(before); // its peer is gone: nothing to tell
+    expect(warns).toEqual([]);
+    expect(w.a.ep.stats.peerClosed).toBe(1);
+    expect(w.b.ep.stats.staleMessages).toBe(0);
+    for (const side of [w.a, w.b]) {
+      side.check();
+      expect(side.ep.ops.inflight).toBe(0);
+    }
+  });
+
+  it('a late CLOSE for a closed comm does not reach the later comm that took its id', () => {
+    const w = new World({ timeoutMs: 1000, maxComms: 2 }); // one comm id per endpoint
+    const first = w.connect();
+    w.fabric.hold = (type, _len, imm) => type === 'send' && msgKind(imm) === MsgKind.CLOSE;
+    first.recv.close();
+    first.send.close();
+    w.settle();
+    w.advance(1001); // quarantine over; both CLOSEs still in flight
+    const { send, recv } = w.connect();
+    expect([send, recv].map((c) => (c as unknown as { id: number }).id)).toEqual([1, 1]);
+    w.fabric.hold = undefined;
+    w.settle();
+    expect(w.a.ep.stats.peerClosed + w.b.ep.stats.peerClosed).toBe(0);
+    expect(w.a.ep.stats.staleMessages + w.b.ep.stats.staleMessages).toBe(2);
+    expect(oneMessage(w, send, recv, 1000, 9)).toEqual(pattern(9, 1000));
+    for (let t = 0; t < 8; t++) w.advance(250);
+    recv.irecv(5, [buf(w.b.region(100), 0, 100, 0)]);
+    send.isend(5, buf(w.a.region(100), 0, 100, 0));
+    w.run(() => w.a.has(5) && w.b.has(5));
+    expect(w.b.take(5)).toEqual({ code: 0, sizes: [100] });
+    expect(warns).toEqual([]);
+  });
+});
+
 describe('close with requests in flight', () => {
   it('closing both ends mid-transfer: no completion afterwards, stale traffic dropped, buffers all back', () => {
     const { w, send, recv, src, dst } = setup({ config: { bouncePosted: 4 } });
@@ -212,6 +308,8 @@ describe('close with requests in flight', () => {
     expect(w.a.take(2)).toEqual({ code: 0, sizes: [100000] });
     expect(w.b.take(2)).toEqual({ code: 0, sizes: [100000] });
     expect(w.a.done.size + w.b.done.size).toBe(0);
+    w.settle(); // the old write, wherever the scheduler put it
+    expect(w.a.done.size + w.b.done.size).toBe(0);
     expect(w.a.ep.stats.staleOps).toBeGreaterThanOrEqual(1);
   });
 
@@ -270,35 +368,55 @@ describe('close with requests in flight', () => {
     expect(send).toBeDefined();
     expect(oneMessage(w, send!, recv!, 100, 5)).toEqual(pattern(5, 100));
     expect(warns).toEqual([]);
-    // Once the comm is closed, a CONNECT of that connector finds nothing: one WARN, however often it comes.
+    // Once the comm is closed, a new CONNECT to that listener is refused: the connector fails at once.
     recv!.close();
     const again = w.a.ep.connect(l.handle);
-    for (let k = 0; k < 3; k++) {
-      w.settle();
-      w.now += 501;
-      expect(again.poll(w.a.complete)).toBeUndefined();
-    }
-    expect(warns.filter((m) => /listener \d+, which is closed/.test(m))).toHaveLength(1);
+    w.settle();
+    expect(() => again.poll(w.a.complete)).toThrow(/connect: refused: the listener is closed/);
+    expect(warns.filter((m) => /listener \d+, which is closed .*; refused/.test(m))).toHaveLength(1);
   });
 
-  it('closing a listener refuses later connects; a stale handle is refused; both time out', () => {
+  it('closing a listener refuses later connects; a stale handle is refused; both fail at once with the reason, not at the timeout', () => {
     const w = new World({ timeoutMs: 1000 });
     const l = w.b.ep.listen();
     const handle = l.handle;
     l.close();
     const c = w.a.ep.connect(handle);
-    w.settle();
-    expect(c.poll(w.a.complete)).toBeUndefined();
-    expect(warns.join('\n')).toMatch(/listener \d+, which is closed/);
-    w.now += 1001;
-    expect(() => c.poll(w.a.complete)).toThrow(/no answer from the listener within 1000 ms/);
+    w.settle(); // no clock moves: the answer, not the timeout
+    expect(() => c.poll(w.a.complete)).toThrow(/send comm \d+: connect: refused: the listener is closed/);
+    expect(warns.join('\n')).toMatch(/listener \d+, which is closed .*; refused/);
     const l2 = w.b.ep.listen();
     const stale = l2.handle.slice();
     stale[12] ^= 0xff; // another nonce
-    w.a.ep.connect(stale);
+    const c2 = w.a.ep.connect(stale);
     w.settle();
     expect(warns.join('\n')).toMatch(/stale handle/);
     expect(l2.accept(w.b.complete)).toBeUndefined();
+    expect(() => c2.poll(w.a.complete)).toThrow(/connect: refused: the handle is stale/);
+    expect(w.b.ep.stats.refused).toBe(2);
     expect(() => w.a.ep.connect(new Uint8Array(128))).toThrow(/not a tsnet libfabric handle/);
+    // The listener still works, and the refusals' sends all came back.
+    const c3 = w.a.ep.connect(l2.handle);
+    w.settle();
+    expect(c3.poll(w.a.complete)).toBeDefined();
+    expect(l2.accept(w.b.complete)).toBeDefined();
+    for (const side of [w.a, w.b]) side.check();
+  });
+
+  it('a refusal for another connect attempt (another connector nonce) says nothing of this one', () => {
+    const w = new World({ timeoutMs: 1000 });
+    const l = w.b.ep.listen();
+    const c = w.a.ep.connect(l.handle);
+    // Hold the CONNECT; meanwhile a refusal naming another attempt reaches the connecting comm.
+    w.fabric.hold = (type, _len, imm) => type === 'send' && msgKind(imm) === MsgKind.CONNECT;
+    w.settle();
+    const comm = (c as unknown as { comm: OfiSendComm }).comm;
+    const refusal = new Uint8Array(REFUSAL_BYTES);
+    encodeRefusal((comm.connectorNonce ^ 1) >>> 0, Refusal.LISTENER_CLOSED, refusal);
+    comm.onAccept(refusal);
+    expect(c.poll(w.a.complete)).toBeUndefined();
+    w.fabric.hold = undefined;
+    w.settle();
+    expect(c.poll(w.a.complete)).toBeDefined();
   });
 });

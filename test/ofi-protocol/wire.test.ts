@@ -4,18 +4,27 @@ import { describe, expect, it } from 'vitest';
 import { NetError } from '../../plugin/errors';
 import {
   ACCEPT_BYTES,
+  ACCEPT_MAGIC,
   CONNECT_BYTES,
   CONNECT_GPU_IPC,
   HANDLE_BYTES,
   MsgKind,
+  PROTOCOL_VERSION,
+  REFUSAL_BYTES,
+  REFUSAL_WORDS,
+  Refusal,
   SEGS_CTRL,
+  closeMark,
   decodeAccept,
   decodeConnect,
   decodeHandle,
   encodeAccept,
   encodeConnect,
   encodeHandle,
+  encodeRefusal,
   entryMark,
+  immClose,
+  immCloseMark,
   immComm,
   immIndex,
   immMsg,
@@ -129,6 +138,28 @@ describe('CONNECT and ACCEPT', () => {
     const m = encodeAccept({ connectorNonce: 2, comm: 9, rails: 1, eagerCapacity: 0, pid: 1, start: 0, boot: new Uint8Array(16), names: [name(1)] }, out);
     expect(decodeAccept(out.subarray(0, m - 1))).toMatch(/names of 16 bytes/);
     out[20] = 1;
-    expect(decodeAccept(out.subarray(0, m))).toMatch(/refused/);
+    expect(decodeAccept(out.subarray(0, m))).toEqual({ connectorNonce: 2, refused: 1 });
+  });
+
+  it('a refusal is an ACCEPT header with the connector nonce and a status, and no names', () => {
+    const out = new Uint8Array(128).fill(0xee);
+    const n = encodeRefusal(0xdead_beef, Refusal.STALE_HANDLE, out);
+    expect(n).toBe(REFUSAL_BYTES);
+    expect(n).toBe(56);
+    expect(decodeAccept(out.subarray(0, n))).toEqual({ connectorNonce: 0xdead_beef, refused: 2 });
+    const v = new DataView(out.buffer);
+    expect([v.getUint32(0, true), v.getUint16(4, true), v.getUint32(20, true)]).toEqual([ACCEPT_MAGIC, PROTOCOL_VERSION, 2]);
+    expect(out[n]).toBe(0xee); // nothing written past it
+    expect(REFUSAL_WORDS[Refusal.LISTENER_CLOSED]).toMatch(/listener is closed/);
+  });
+
+  it('a CLOSE names the comm and carries 14 bits of the connector nonce above the kind', () => {
+    const imm = immClose(32767, 0xffff_c123);
+    expect(msgKind(imm)).toBe(MsgKind.CLOSE);
+    expect(msgId(imm)).toBe(32767);
+    expect(immCloseMark(imm)).toBe(closeMark(0xffff_c123));
+    expect(closeMark(0xffff_c123)).toBe(0x0123);
+    expect(imm).toBeLessThan(2 ** 32);
+    expect(immCloseMark(immMsg(MsgKind.HEARTBEAT, 5))).toBe(0);
   });
 });

@@ -10,7 +10,7 @@ import { OpKind } from './ops';
 import { PROBE_MS } from './peer-process';
 import { nicOf } from './policy/rails';
 import { completionError } from './status';
-import { MsgKind, immMsg } from './wire';
+import { MsgKind, closeMark, immClose, immMsg } from './wire';
 
 const OP_NAMES: Record<number, string> = {
   [OpKind.EAGER]: 'eager send',
@@ -26,6 +26,13 @@ const OP_NAMES: Record<number, string> = {
 
 export const noComplete: Complete = () => {};
 
+/**
+ * After the peer's CLOSE, how long requests may still be pending before the comm fails: what
+ * the peer sent before it may complete here a little later (completions of different operations
+ * come in any order), so the wait is about a quarter of the timeout, 250 ms to 1 s.
+ */
+export const closeGraceMs = (timeoutMs: number): number => Math.max(250, Math.min(1000, timeoutMs / 4));
+
 export abstract class OfiComm {
   /** This comm's id in its endpoint (what the peer's immediate data names). */
   readonly id: number;
@@ -34,6 +41,11 @@ export abstract class OfiComm {
   name: string;
   /** The peer comm's id in the peer's endpoint; 0 until known. */
   peerComm = 0;
+  /** The connector's nonce of this connection (both ends know it): 14 bits of it mark a CLOSE as this connection's. */
+  closeMark = -1;
+  private closeNonce = 0;
+  /** When the peer's CLOSE came (ep.now), or -1. */
+  peerClosedAt = -1;
   /** Rails this comm uses (both ends agree), and per rail the local NIC and the peer's id. */
   rails = 0;
   readonly nic = new Int32Array(MAX_RAILS);
@@ -119,6 +131,23 @@ export abstract class OfiComm {
     this.heardAt = this.ep.now;
   }
 
+  /** Both ends know the connector's nonce once connected. */
+  protected setCloseMark(connectorNonce: number): void {
+    this.closeMark = closeMark(connectorNonce);
+    this.closeNonce = connectorNonce;
+  }
+
+  /**
+   * The peer closed its comm (CLOSE): nothing more comes from it. Requests still pending, or
+   * posted from now on, fail at the watchdog tick after closeGraceMs; a comm with nothing
+   * pending (both ends closing, as NCCL does) says nothing.
+   */
+  onPeerClosed(): void {
+    if (this.closed || this.failed || this.peerClosedAt >= 0) return;
+    this.peerClosedAt = this.ep.now;
+    this.heard();
+  }
+
   /** An operation of this comm failed: the comm fails (provider words in the WARN). */
   onOpError(kind: OpKind, rail: number, c: Completion, _a = 0): void {
     this.fail(completionError(this.name, OP_NAMES[kind] ?? `operation ${kind}`, rail, c));
@@ -131,6 +160,13 @@ export abstract class OfiComm {
    */
   tick(now: number, timeoutMs: number): void {
     if (this.failed || this.closed || this.peerComm === 0) return;
+    if (this.peerClosedAt >= 0) {
+      // No heartbeats to a comm that is gone, and no silence check: the CLOSE said it all.
+      const since = now - this.peerClosedAt;
+      if (this.pending > 0 && since >= closeGraceMs(timeoutMs))
+        this.fail(remoteError(`${this.name}: the peer closed its comm ${(since / 1000).toFixed(1)} s ago with requests pending here`));
+      return;
+    }
     if (now - this.wroteAt >= timeoutMs / 4) {
       this.wroteAt = now;
       const line = this.ep.line;
@@ -163,6 +199,8 @@ export abstract class OfiComm {
     this.dropPending();
     this.release();
     this.ep.removeComm(this);
+    // The peer learns at once (its pending requests fail after a grace instead of the timeout).
+    if (this.peerComm !== 0 && this.closeMark >= 0 && this.peerClosedAt < 0) this.ep.sendClose(this.nic[0], this.peer[0], immClose(this.peerComm, this.closeNonce));
   }
 
   protected protocolError(msg: string): void {

@@ -10,15 +10,15 @@ import type { OfiEndpoint } from './endpoint';
 import type { Complete, RecvComm, SendComm } from './fabric';
 import { OfiRecvComm } from './recv-comm';
 import { OfiSendComm } from './send-comm';
-import { type Connect, decodeConnect, decodeHandle, encodeHandle } from './wire';
+import { type Connect, Refusal, decodeConnect, decodeHandle, encodeHandle } from './wire';
 
 /** A failed CONNECT is sent again after RETRY_MS; one with no answer after RESEND_MS. */
 const RETRY_MS = 20;
 const RESEND_MS = 500;
 /**
- * Receive comms a listener holds for accept at most: a connector beyond them is refused (it
- * times out), so that CONNECTs with ever new nonces cannot take every comm id of the endpoint.
- * NCCL accepts one comm per listener.
+ * Receive comms a listener holds for accept at most: a connector beyond them is refused, so
+ * that CONNECTs with ever new nonces cannot take every comm id of the endpoint. NCCL accepts
+ * one comm per listener.
  */
 export const MAX_UNACCEPTED = 256;
 
@@ -71,9 +71,13 @@ export class OfiListener {
     if (this.closed) return;
     const c = decodeConnect(bytes);
     if (typeof c === 'string') return log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${c}`);
-    if (c.listenerNonce !== this.nonce) return log.warn(`${this.ep.name} listener ${this.id}: refused a connection with a stale handle (wrong nonce)`);
+    if (c.listenerNonce !== this.nonce) {
+      this.ep.refuse(c, Refusal.STALE_HANDLE);
+      return log.warn(`${this.ep.name} listener ${this.id}: refused a connection with a stale handle (wrong nonce)`);
+    }
     if (answerAgain(this.ep, c)) return;
     if (this.ready.length >= MAX_UNACCEPTED) {
+      this.ep.refuse(c, Refusal.TOO_MANY_WAITING);
       if (!this.toldFull) log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${MAX_UNACCEPTED} connections already wait for accept (further ones are refused without a WARN)`);
       this.toldFull = true;
       return;
@@ -82,6 +86,7 @@ export class OfiListener {
     try {
       comm = new OfiRecvComm(this.ep, c);
     } catch (e) {
+      this.ep.refuse(c, Refusal.CANNOT_ACCEPT);
       return log.warn(`${this.ep.name} listener ${this.id}: cannot accept a connection: ${(e as Error).message}`);
     }
     comm.sendAccept(c.connectorNonce);

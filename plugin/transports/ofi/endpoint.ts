@@ -13,14 +13,31 @@ import type { OfiConfig } from './config';
 import { OfiConnector, OfiListener, answerAgain, connectKey } from './connect';
 import { CqFlag, type Completion, type HostBuffer, type OnCompletions, type Rail, type Region } from './fabric';
 import { Fences } from './fence';
-import { LINE_BYTES, ZERO_AT } from './line';
+import { LINE_BYTES, REFUSAL_AT, REFUSAL_SLOTS, ZERO_AT } from './line';
 import { OpKind, OpTable } from './ops';
 import { PeerProcesses, type ProcStat, readProcStat } from './peer-process';
 import { deviceRails } from './policy/rails';
 import type { OfiRecvComm } from './recv-comm';
 import type { OfiSendComm } from './send-comm';
 import { ECANCELED, statusName } from './status';
-import { ACCEPT_BYTES, BOOT_ID_BYTES, CONNECT_BYTES, LITTLE_ENDIAN, MAX_COMMS, MsgKind, decodeConnect, immComm, msgId, msgKind } from './wire';
+import {
+  ACCEPT_BYTES,
+  BOOT_ID_BYTES,
+  CONNECT_BYTES,
+  type Connect,
+  LITTLE_ENDIAN,
+  MAX_COMMS,
+  MsgKind,
+  REFUSAL_WORDS,
+  Refusal,
+  decodeConnect,
+  encodeRefusal,
+  immCloseMark,
+  immComm,
+  immMsg,
+  msgId,
+  msgKind,
+} from './wire';
 import { monoMs } from '../../clock';
 
 /** WARNs for messages and writes from senders that are not the named comm's peer; then only stats.foreign. */
@@ -97,7 +114,7 @@ export class OfiEndpoint {
    * stale*: for a closed comm; foreign: dropped, from a sender that is not the named comm's
    * peer; unnamed: passed, from AV id 0 where the comm's peer is another endpoint (fromPeer).
    */
-  readonly stats = { staleWrites: 0, staleMessages: 0, staleOps: 0, foreign: 0, unnamed: 0 };
+  readonly stats = { staleWrites: 0, staleMessages: 0, staleOps: 0, foreign: 0, unnamed: 0, refused: 0, peerClosed: 0 };
   /**
    * Every rail names the senders of its messages (FI_SOURCE): a message that names a comm counts
    * only when its sender is that comm's peer on the rail it came in on.
@@ -145,6 +162,9 @@ export class OfiEndpoint {
   private readonly peers: Map<string, number>[];
   private retired: { region: OwnedRegion; at: number }[] = [];
   private freed = false; // freeMemory ran
+  private shut = false; // close ran
+  /** The refusals in flight, by slot of the flush line's refusal area (1: its send has not completed). */
+  private readonly refusing = new Uint8Array(REFUSAL_SLOTS);
   readonly clock: () => number;
   readonly random: () => number;
 
@@ -279,6 +299,7 @@ export class OfiEndpoint {
    * receives (their -ECANCELED completions are absorbed) and frees the memory.
    */
   close(): void {
+    this.shut = true;
     for (const c of [...this.live]) c.close();
     for (const l of this.listeners) l?.close();
     this.pool.close();
@@ -339,17 +360,48 @@ export class OfiEndpoint {
   /**
    * A CONNECT for a listener that is closed: a repeat of one whose comm was made (its ACCEPT was
    * lost, and NCCL closed the listener once accept returned) gets that comm's ACCEPT again; any
-   * other gets one WARN per connector (it times out: it asks again every half second).
+   * other is refused (the connector fails at once), with one WARN per connector.
    */
   private onLateConnect(listener: number, view: Uint8Array): void {
     const c = decodeConnect(view);
     if (typeof c === 'string') return log.warn(`${this.name}: a bad connect message for listener ${listener}, which is closed: ${c}`);
     if (answerAgain(this, c)) return;
+    this.refuse(c, Refusal.LISTENER_CLOSED);
     const key = connectKey(c);
     if (this.lateWarned.has(key)) return;
     if (this.lateWarned.size >= 1024) this.lateWarned.clear();
     this.lateWarned.add(key);
-    log.warn(`${this.name}: a connect message for listener ${listener}, which is closed (from comm ${c.comm} of a peer endpoint); the connector will time out`);
+    log.warn(`${this.name}: a connect message for listener ${listener}, which is closed (from comm ${c.comm} of a peer endpoint); refused`);
+  }
+
+  /**
+   * Answers a CONNECT with a refusal (an ACCEPT header with a status), from NIC 0 to the
+   * connector's NIC 0: it fails its connect at once with the reason instead of waiting out the
+   * timeout. At most REFUSAL_SLOTS in flight; beyond them (a flood) the connector times out.
+   */
+  refuse(c: Connect, status: Refusal): void {
+    const slot = this.refusing.indexOf(0);
+    if (slot < 0 || this.shut) return;
+    let peer: number;
+    try {
+      peer = this.peerId(0, c.names[0]);
+    } catch (e) {
+      log.info(`${this.name}: cannot tell a connector that it is refused (${REFUSAL_WORDS[status]}): ${(e as Error).message}`);
+      return;
+    }
+    const at = REFUSAL_AT + 64 * slot;
+    const len = encodeRefusal(c.connectorNonce, status, this.line.bytes!.subarray(at, at + 64));
+    this.refusing[slot] = 1;
+    this.stats.refused++;
+    const token = this.ops.alloc(OpKind.NOTICE, 0, 0, 0, slot, 0, 0);
+    this.rails[0].send(peer, this.line.base + at, len, this.line.regs[0].desc, immMsg(MsgKind.ACCEPT, c.comm), token);
+  }
+
+  /** Tells a comm's peer that it closed (CLOSE, 0 bytes, from the flush line's zero bytes). */
+  sendClose(nic: number, peer: number, imm: number): void {
+    if (this.freed) return;
+    const token = this.ops.alloc(OpKind.NOTICE, 0, 0, nic, -1, 0, 0);
+    this.rails[nic].send(peer, this.line.base + this.zeroAt, 0, this.line.regs[nic].desc, imm, token);
   }
 
   comm(id: number): OfiComm | undefined {
@@ -492,6 +544,19 @@ export class OfiEndpoint {
         this.pool.release(id);
         return;
       }
+      case MsgKind.CLOSE: {
+        // Only the connection it names: a late CLOSE for a closed comm whose id was given again
+        // carries another connection's mark.
+        const comm = this.comms[to];
+        if (comm && comm.closeMark === immCloseMark(c.imm)) {
+          if (this.fromPeer(r, c, comm, 'a close message')) {
+            this.stats.peerClosed++;
+            comm.onPeerClosed();
+          }
+        } else this.stats.staleMessages++;
+        this.pool.release(id);
+        return;
+      }
       default:
         this.pool.release(id);
         log.warn(`${this.name}: rail ${r}: a message of unknown kind ${msgKind(c.imm)}, dropped`);
@@ -517,6 +582,14 @@ export class OfiEndpoint {
       return;
     }
     const kind = ops.kind[t] as OpKind;
+    if (kind === OpKind.NOTICE) {
+      // The endpoint's own: a refusal (a = its slot) or a closed comm's CLOSE (a = -1).
+      const slot = ops.a[t];
+      ops.free(t);
+      if (slot >= 0) this.refusing[slot] = 0;
+      if (c.status !== 0) log.info(`${this.name}: rail ${r}: ${slot >= 0 ? 'a refusal' : 'a close message'} to a peer failed: ${c.error || ''} (${statusName(c.status)})`);
+      return;
+    }
     if (kind === OpKind.FENCE) {
       // The endpoint's own: a round of fences for the receives of every comm on one GPU.
       const device = ops.a[t];

@@ -9,3 +9,6 @@ export const FLUSH_SRC_AT = 256;
 export const FLUSH_HOST_SCRATCH_AT = 512;
 /** Source and target of 0-byte writes and messages. */
 export const ZERO_AT = 1024;
+/** Refusals of CONNECTs (an ACCEPT header with a status) in flight: 64 bytes each from here. */
+export const REFUSAL_AT = 2048;
+export const REFUSAL_SLOTS = 32;

@@ -29,6 +29,11 @@ export const enum OpKind {
   FENCE = 8,
   /** CUDA IPC: the acknowledgement of a fenced receive, written into the sender's mailbox (a = receive sequence). */
   ACK = 9,
+  /**
+   * The endpoint's own message to a peer (comm 0): a refusal of a CONNECT (a = its slot in the
+   * flush line) or the CLOSE of a comm that has closed (a = -1). Nothing waits for it.
+   */
+  NOTICE = 10,
 }
 
 /** MESSAGE ops' a for CONNECT and ACCEPT: their loss is repaired by sending CONNECT again. */

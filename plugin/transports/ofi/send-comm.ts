@@ -40,6 +40,7 @@ import {
   SEGS_CTRL,
   SEGS_TOO_BIG,
   SLOT_BYTES,
+  REFUSAL_WORDS,
   decodeAccept,
   encodeConnect,
   entryMark,
@@ -128,6 +129,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.mbI32 = new Int32Array(b.buffer, b.byteOffset, MAILBOX_BYTES / 4);
     this.hdr = new DataView(b.buffer, b.byteOffset + HEADERS_AT, MAX_SENDS * EAGER_HEADER_BYTES);
     this.connectorNonce = ep.random() >>> 0;
+    this.setCloseMark(this.connectorNonce);
   }
 
   /** When CONNECT was last sent (ep.clock()), and whether its send failed since. */
@@ -191,6 +193,12 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   onAccept(bytes: Uint8Array): void {
     if (this.connected || this.closed) return;
     const a = decodeAccept(bytes);
+    if (typeof a !== 'string' && 'refused' in a) {
+      // A refusal names the attempt it answers: one for another attempt says nothing of this one.
+      if (a.connectorNonce === this.connectorNonce)
+        this.connectError = systemError(`${this.name}: connect: refused: ${REFUSAL_WORDS[a.refused] ?? `status ${a.refused}`}`);
+      return;
+    }
     if (typeof a === 'string' || a.connectorNonce !== this.connectorNonce) {
       this.connectError = systemError(`${this.name}: connect: ${typeof a === 'string' ? a : 'an answer to another connect attempt'}`);
       return;

@@ -8,15 +8,17 @@
 //   15 into a send comm: receive `sequence` is complete and fenced (CUDA IPC acknowledgement);
 //   with 8 bytes of immediate data its high 32 bits acknowledge more: bit j receive sequence - 1 - j
 // immediate data of a two-sided message (32 bits): bits 0-14 comm or listener id | 15-17 kind
+//   | 18-31 zero, except CLOSE: the low 14 bits of the connection's connector nonce
 // handle (80 bytes): u32 'TSNO', u16 version, u8 name length, u8 NICs, u16 listener id, u16 0,
 //   u32 nonce, 64-byte rail-0 endpoint name
-// CONNECT (<= 352 bytes) and ACCEPT (<= 312 bytes): see encodeConnect / encodeAccept
+// CONNECT (<= 352 bytes) and ACCEPT (<= 312 bytes): see encodeConnect / encodeAccept; a refusal
+//   is an ACCEPT header with a status (encodeRefusal)
 // control entry (64 bytes, one per sub-receive): see ENTRY_* word offsets
 // eager header (8 bytes): u16 eager ordinal, u16 base receive sequence, i32 tag
 import { invalidArgument } from '../../errors';
 import { MAX_RAILS } from './config';
 
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 export const NAME_BYTES = 64;
 
 // ---- immediate data ----------------------------------------------------------------------
@@ -49,11 +51,17 @@ export const enum MsgKind {
   CONNECT = 2,
   ACCEPT = 3,
   HEARTBEAT = 4,
+  /** 0 bytes: the peer closed its comm (bits 18-31: closeMark of the connection). */
+  CLOSE = 5,
 }
 
 export const immMsg = (kind: MsgKind, id: number): number => (id | (kind << 15)) >>> 0;
 export const msgId = (imm: number): number => imm & COMM_MASK;
 export const msgKind = (imm: number): number => (imm >>> 15) & 7;
+/** What a CLOSE carries besides the comm id: 14 bits of the connector's nonce, so that a late CLOSE does not reach a later comm with the same id. */
+export const closeMark = (connectorNonce: number): number => connectorNonce & 0x3fff;
+export const immClose = (id: number, connectorNonce: number): number => (immMsg(MsgKind.CLOSE, id) | (closeMark(connectorNonce) << 18)) >>> 0;
+export const immCloseMark = (imm: number): number => imm >>> 18;
 
 // ---- sequence numbers ---------------------------------------------------------------------
 
@@ -157,6 +165,24 @@ export interface Connect {
   mailboxKeys: { lo: number; hi: number }[]; // one per NIC
   names: Uint8Array[]; // one per NIC
 }
+
+/**
+ * Why a listener's endpoint refused a CONNECT (the status of its refusal; 0 is an ACCEPT). The
+ * connector fails at once instead of waiting out TSNET_TIMEOUT_SEC.
+ */
+export const enum Refusal {
+  LISTENER_CLOSED = 1,
+  STALE_HANDLE = 2,
+  TOO_MANY_WAITING = 3,
+  CANNOT_ACCEPT = 4,
+}
+
+export const REFUSAL_WORDS: Record<number, string> = {
+  [Refusal.LISTENER_CLOSED]: 'the listener is closed',
+  [Refusal.STALE_HANDLE]: 'the handle is stale (the listener has another nonce)',
+  [Refusal.TOO_MANY_WAITING]: 'too many connections wait for accept at the listener',
+  [Refusal.CANNOT_ACCEPT]: 'the listener cannot make the receive comm (see its WARN)',
+};
 
 /** What the listener answers: its rails, comm id, the eager messages its bounce buffers hold, its process. */
 export interface Accept {
@@ -266,11 +292,26 @@ export function encodeAccept(a: Accept, out: Uint8Array): number {
   return ACCEPT_HEADER + NAME_BYTES * a.names.length;
 }
 
-export function decodeAccept(b: Uint8Array): Accept | string {
+/** A refusal: the ACCEPT header with no names, the connector's nonce and a status (Refusal). */
+export const REFUSAL_BYTES = ACCEPT_HEADER;
+
+export function encodeRefusal(connectorNonce: number, status: Refusal, out: Uint8Array): number {
+  const v = new DataView(out.buffer, out.byteOffset, out.length);
+  out.fill(0, 0, REFUSAL_BYTES);
+  v.setUint32(0, ACCEPT_MAGIC, true);
+  v.setUint16(4, PROTOCOL_VERSION, true);
+  v.setUint32(8, connectorNonce, true);
+  v.setUint32(20, status, true);
+  return REFUSAL_BYTES;
+}
+
+/** An ACCEPT, a refusal ({connectorNonce, refused: status}), or what is wrong with the message. */
+export function decodeAccept(b: Uint8Array): Accept | { connectorNonce: number; refused: number } | string {
   if (b.length < ACCEPT_HEADER) return `an accept message of ${b.length} bytes`;
   const v = new DataView(b.buffer, b.byteOffset, b.length);
   if (v.getUint32(0, true) !== ACCEPT_MAGIC) return 'not an accept message (bad magic)';
   if (v.getUint16(4, true) !== PROTOCOL_VERSION) return `protocol version ${v.getUint16(4, true)}; this tsnet speaks ${PROTOCOL_VERSION}`;
+  if (v.getUint32(20, true) !== 0) return { connectorNonce: v.getUint32(8, true), refused: v.getUint32(20, true) };
   const nics = v.getUint8(6);
   const rails = v.getUint8(7);
   const len = v.getUint16(14, true);
@@ -278,7 +319,6 @@ export function decodeAccept(b: Uint8Array): Accept | string {
     return `an accept message with ${nics} NICs, ${rails} rails, names of ${len} bytes in ${b.length} bytes`;
   const comm = v.getUint16(12, true);
   if (comm === 0 || comm >= MAX_COMMS) return `an accept message from comm ${comm}`;
-  if (v.getUint32(20, true) !== 0) return `the listener refused (status ${v.getUint32(20, true)})`;
   const names = [];
   for (let i = 0; i < nics; i++) names.push(b.slice(ACCEPT_HEADER + NAME_BYTES * i, ACCEPT_HEADER + NAME_BYTES * i + len));
   const start = v.getUint32(32, true) + v.getUint32(36, true) * 2 ** 32;
