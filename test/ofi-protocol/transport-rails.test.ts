@@ -101,6 +101,20 @@ describe('endpoints per rail', () => {
     expect(lines.filter((l) => l.includes('were dropped'))).toEqual([
       "ofi shm: 3 message(s) and write(s) from senders that were not the named comm's peer were dropped; 7 named AV id 0 (not known to the provider) passed",
     ]);
+    expect(lines.filter((l) => l.includes('CLOSE'))).toEqual([]);
+  });
+
+  it("release says at INFO how many comms heard their peer's CLOSE, CONNECTs were refused and inputs for closed comms were dropped", () => {
+    const lines: string[] = [];
+    setLogSink((_level, _flags, msg) => lines.push(msg));
+    const a = transport([nic('shm')], 0);
+    a.t.listen(0);
+    const ep = (a.t as unknown as { endpoints: (OfiEndpoint | undefined)[] }).endpoints[0]!;
+    Object.assign(ep.stats, { peerClosed: 6, refused: 1, staleMessages: 2, staleWrites: 4 });
+    a.t.release();
+    expect(lines.filter((l) => l.includes('CLOSE'))).toEqual([
+      "ofi shm: 6 comm(s) heard their peer's CLOSE; 1 CONNECT(s) refused; 2 message(s) and 4 write(s) for comms already closed dropped",
+    ]);
   });
 
   it('the INFO line names the rails, the NICs and the I/O threads', () => {

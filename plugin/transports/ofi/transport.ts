@@ -399,9 +399,11 @@ export class OfiTransport implements Transport {
     this.endpoints.forEach((ep, dev) => {
       if (!ep) return;
       this.endpoints[dev] = undefined;
-      const { foreign, unnamed } = ep.stats;
+      const { foreign, unnamed, peerClosed, refused, staleMessages, staleWrites } = ep.stats;
       if (foreign || unnamed)
         log.info(`${ep.name}: ${foreign} message(s) and write(s) from senders that were not the named comm's peer were dropped; ${unnamed} named AV id 0 (not known to the provider) passed`);
+      if (peerClosed || refused || staleMessages || staleWrites)
+        log.info(`${ep.name}: ${peerClosed} comm(s) heard their peer's CLOSE; ${refused} CONNECT(s) refused; ${staleMessages} message(s) and ${staleWrites} write(s) for comms already closed dropped`);
       ep.close();
       for (const r of this.railsOf[dev]) r.close();
       ep.freeMemory();
