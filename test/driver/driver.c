@@ -3380,6 +3380,96 @@ static void sc_grouped(int v) {
   }
 }
 
+// ---------------------------------------------------------------- peerclose
+
+// The receiver closes its comm while 3 sends of 16 MiB wait for receives it never posts: the
+// sends still pending then must all end in an error, and well before TSNET_TIMEOUT_SEC where
+// the transport is told (TCP: the connection closes; libfabric: the CLOSE message, between
+// processes; an endpoint of the same process gets none, and its sends end by the silence).
+// Over TCP a send completes once its bytes are handed to the sockets, so one may complete
+// before the close.
+#define PC_SENDS 3
+#define PC_SIZE (16 << 20)
+enum { PC_POSTED = 1, PC_CLOSED = 2 };
+
+typedef struct PeerCloseState {
+  uint8_t* buf;
+  void* mh;
+  void* req[PC_SENDS];
+  int posted, ended, errors, before;  // before: completed before the receiver closed
+  double closed_at;  // sender: when the receiver's word came; receiver: 1 once closed
+} PeerCloseState;
+
+static int pc_setup(Role* r) {
+  PeerCloseState* p = calloc(1, sizeof *p);
+  r->st = p;
+  r->broken = 1;
+  if (!r->sender) return 0;
+  if (!(p->buf = role_guarded(r, PC_SIZE, &p->mh))) return -1;
+  fill(p->buf, PC_SIZE, 31);
+  return 0;
+}
+
+static double timeout_sec(void) {
+  const char* t = getenv("TSNET_TIMEOUT_SEC");
+  return t && atof(t) > 0 ? atof(t) : 10.0;
+}
+
+static int pc_step(Role* r) {
+  PeerCloseState* p = r->st;
+  Msg m;
+  if (!r->sender) {
+    if (!role_take_mark(r, &m)) return 0;
+    if (m.arg != PC_POSTED) return check(0, "peerclose: an unexpected word %d from the sender", m.arg), -1;
+    usleep(20000);  // the sends are on their way
+    tsn_result_t rc = shim_close_recv(r->net, r->comm);
+    r->comm = NULL;
+    r->nmr = 0;  // closed with the comm
+    check(rc == TSN_SUCCESS, "closeRecv with %d sends of the peer waiting for receives (rc %d)", PC_SENDS, rc);
+    role_put_mark(r, PC_CLOSED, NULL, 0);
+    return 1;
+  }
+  while (p->posted < PC_SENDS) {
+    tsn_result_t rc = shim_isend(r->net, r->comm, p->buf, PC_SIZE, 1 + p->posted, p->mh, &p->req[p->posted]);
+    if (rc != TSN_SUCCESS) return check(0, "isend %d of 1 MiB returned %d", p->posted, rc), -1;
+    if (!p->req[p->posted]) return 0;  // not now: post again
+    if (++p->posted == PC_SENDS) role_put_mark(r, PC_POSTED, NULL, 0);
+  }
+  if (p->closed_at == 0 && role_take_mark(r, &m)) {
+    if (m.arg != PC_CLOSED) return check(0, "peerclose: an unexpected word %d from the receiver", m.arg), -1;
+    p->closed_at = now_s();
+  }
+  for (int i = 0; i < PC_SENDS; i++) {
+    if (!p->req[i]) continue;
+    int done = 0, size = -1;
+    tsn_result_t rc = shim_test(r->net, p->req[i], &done, &size);
+    if (rc == TSN_SUCCESS && !done) continue;
+    p->req[i] = NULL;
+    p->ended++;
+    // An error may be seen before the receiver's word that it closed, which follows its close.
+    if (rc != TSN_SUCCESS) p->errors++;
+    else if (p->closed_at == 0) p->before++, check(size == PC_SIZE, "send %d completed before the receiver closed (size %d): its bytes were handed over", i, size);
+    else return check(0, "send %d completed (size %d) after the receiver closed without a receive", i, size), -1;
+  }
+  if (p->ended < PC_SENDS || p->closed_at == 0) return 0;
+  double after = now_s() - p->closed_at, limit = timeout_sec();
+  check(p->errors == PC_SENDS - p->before, "the %d sends pending at the receiver's close ended, %d with an error", PC_SENDS - p->before, p->errors);
+  if (p->before == PC_SENDS) {
+    note("every send completed before the close: nothing was left to be told");
+    return 1;
+  }
+  // Told or not: over libfabric the CLOSE goes to another process only.
+  int told = !(is_ofi() && g_procs == 1 && g_role == ROLE_BOTH);
+  if (told)
+    check(after < 0.6 * limit, "the sends ended %.2f s after the close, before 0.6 of TSNET_TIMEOUT_SEC (%.0f s): the transport told the sender", after, limit);
+  else
+    note("the sends ended %.2f s after the close (one process: no CLOSE over libfabric; TSNET_TIMEOUT_SEC %.0f s)", after, limit);
+  return 1;
+}
+
+static const PairScenario PEERCLOSE = {"peerclose", {pc_setup, pc_step}, {pc_setup, pc_step}};
+static void sc_peerclose(int v) { run_pair(v, &PEERCLOSE, 0); }
+
 enum { ONE_PROC = 0, PAIR = 1, OWN_PROCS = 2 };
 typedef struct Scenario {
   const char* name;
@@ -3397,6 +3487,7 @@ static const Scenario SCENARIOS[] = {
     {"pushback", sc_pushback, PAIR, 1, "messages pushed back to later receives by their tags, eager and striped mixed"},
     {"teardown", sc_teardown, PAIR, 1, "deregMr and close under load by either side, reconnect; 5 cycles, descriptors"},
     {"marker", sc_marker, PAIR, 1, "*request = 0x1 before irecv"},
+    {"peerclose", sc_peerclose, PAIR, 1, "the receiver closes with 3 sends waiting: they fail, promptly where the transport is told"},
     {"badinput", sc_badinput, PAIR, 1, "bad calls, then a transfer (--procs 2 / --role: a 16 KiB send into 4 KiB)"},
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
     {"fork", sc_fork, ONE_PROC, 1, "a child forked with comms open: its calls fail at once, it exits, the parent goes on"},
@@ -3446,7 +3537,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: driver <scenario[,scenario...]|all|list> [--version N] [--lib PATH] [--procs 1|2] [--dev D] [--timeout S] "
           "[--verbose] [--role send|recv --rendezvous DIR]\n"
-          "  scenarios: tables transfer inflight grouped pushback teardown marker badinput lifecycle fork stale stopped exitbusy killpeer stranger bulk gpu\n"
+          "  scenarios: tables transfer inflight grouped pushback teardown marker peerclose badinput lifecycle fork stale stopped exitbusy killpeer stranger bulk gpu\n"
           "  --version N   table version 6..12, or all (default: 12; the scenario 'all' runs 6..12 unless given)\n"
           "  --lib PATH    plugin library (default: $TSNET_DRIVER_LIB or build/libnccl-net-tsnet.so)\n"
           "  --procs 2     receiver and sender in two forked processes (pair scenarios)\n"

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
 import { LIB, ROOT, buildDriver, driverEnv, requireLib } from './build-driver';
 
-const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput', 'lifecycle', 'fork', 'stale'];
+const SCENARIOS = ['tables', 'transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'peerclose', 'badinput', 'lifecycle', 'fork', 'stale'];
 const VERSIONS = [6, 7, 8, 9, 10, 11, 12];
 const LOOPBACK = { TSNET_TRANSPORT: 'loopback', TSNET_LOOPBACK_DEVICES: '2' };
 const TCP = { TSNET_TRANSPORT: 'tcp' };
@@ -106,9 +106,10 @@ describe('C driver, gpu scenario without CUDA memory', () => {
 
 // Over TCP, `all --procs 2` runs transfer (0 B to 64 MiB), inflight (8, 32), grouped (n = 8, 4;
 // 20 rounds), pushback (tags pushed back to later receives), teardown (deregMr and close under
-// load, 5 cycles), marker, badinput (a 16 KiB send into a 4 KiB receive) across two processes,
-// and killpeer and stranger, which manage their own processes and sockets.
-const PAIRS = ['transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'badinput'];
+// load, 5 cycles), marker, peerclose (the receiver closes with sends waiting), badinput (a 16 KiB
+// send into a 4 KiB receive) across two processes, and killpeer and stranger, which manage their
+// own processes and sockets.
+const PAIRS = ['transfer', 'inflight', 'grouped', 'pushback', 'teardown', 'marker', 'peerclose', 'badinput'];
 const TCP_PROCS2 = [...PAIRS, 'killpeer', 'stranger'];
 const PUSHBACK_PATTERNS = ['a', 'b2', 'b3', 'c'];
 

@@ -397,9 +397,15 @@ export class OfiEndpoint {
     this.rails[0].send(peer, this.line.base + at, len, this.line.regs[0].desc, immMsg(MsgKind.ACCEPT, c.comm), token);
   }
 
-  /** Tells a comm's peer that it closed (CLOSE, 0 bytes, from the flush line's zero bytes). */
+  /**
+   * Tells a comm's peer that it closed (CLOSE, 0 bytes, from the flush line's zero bytes); not
+   * once the endpoint closes (the transport's release at the last finalize, when NCCL has closed
+   * its comms): a peer endpoint of this process may be closed by then, and shm writes into the
+   * region of a peer in its own process directly, which is unmapped once that endpoint closed
+   * (a CLOSE sent there killed the process with SIGSEGV).
+   */
   sendClose(nic: number, peer: number, imm: number): void {
-    if (this.freed) return;
+    if (this.shut) return;
     const token = this.ops.alloc(OpKind.NOTICE, 0, 0, nic, -1, 0, 0);
     this.rails[nic].send(peer, this.line.base + this.zeroAt, 0, this.line.regs[nic].desc, imm, token);
   }
