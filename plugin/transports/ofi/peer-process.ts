@@ -82,12 +82,12 @@ export class PeerProcesses {
     this.boot = boot ?? readBootId();
   }
 
-  /** Whether the peer that sent boot is on this host. */
   /** Whether boot is known and another kernel's than ours (a peer on another host). */
   otherHost(boot: Uint8Array): boolean {
     return known(this.boot) && known(boot) && !this.sameHost(boot);
   }
 
+  /** Whether the peer that sent boot is on this host. */
   sameHost(boot: Uint8Array): boolean {
     if (!known(this.boot) || !known(boot) || boot.length !== this.boot.length) return false;
     for (let i = 0; i < boot.length; i++) if (boot[i] !== this.boot[i]) return false;
