@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <sched.h>
+#include <unordered_map>
 
 #include "ofi/ofi_internal.h"
 
@@ -171,6 +174,45 @@ int readCq(OfiEndpoint::Impl* m, OfiCompletion* out, int max) {
   c.error = std::string(opName(c.op)) + " failed: " + ofiStrerror(c.status) + " (" + m->d->nic.provider + ": " +
             (prov && *prov ? prov : "no details") + ")";
   return 1;
+}
+
+// This process's endpoints by name (their regions' names under shm), for insertPeer to tell a
+// peer of this process. Entries of closed endpoints expire with the last peer that held them.
+std::mutex g_localMu;
+std::unordered_map<std::string, std::weak_ptr<LocalEndpoint>>& localByName() {
+  static auto* m = new std::unordered_map<std::string, std::weak_ptr<LocalEndpoint>>();  // never destroyed: exit-time posts
+  return *m;
+}
+
+// A post to peer: where it is an endpoint of this process, counted in its users for the call;
+// gone() when that endpoint has closed (then nothing may be posted to it).
+class LocalUse {
+ public:
+  LocalUse(OfiEndpoint::Impl* m, uint64_t peer) {
+    if (peer >= m->local.size() || !m->local[peer]) return;
+    e_ = m->local[peer].get();
+    e_->users.fetch_add(1);
+    if (e_->closed.load()) {
+      e_->users.fetch_sub(1);
+      e_ = nullptr;
+      gone_ = true;
+    }
+  }
+  ~LocalUse() {
+    if (e_) e_->users.fetch_sub(1);
+  }
+  LocalUse(const LocalUse&) = delete;
+  LocalUse& operator=(const LocalUse&) = delete;
+  bool gone() const { return gone_; }
+
+ private:
+  LocalEndpoint* e_ = nullptr;
+  bool gone_ = false;
+};
+
+int localGoneError(OfiEndpoint::Impl* m, const char* what) {
+  m->last = ofiErrorOf(-FI_ECONNREFUSED, what, "the peer is an endpoint of this process that has closed");
+  return m->last.code;
 }
 
 // Runs the provider's progress for a post that met -FI_EAGAIN; what completes waits in the backlog.
@@ -350,6 +392,11 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
   int rc = fi_getname(&m->ep->fid, name, &len);
   if (rc != 0) return fail(rc, "fi_getname");
   m->name.assign(name, len);
+  m->self = std::make_shared<LocalEndpoint>();
+  {
+    std::lock_guard<std::mutex> g(g_localMu);
+    localByName()[m->name] = m->self;
+  }
   if (cq.wait_obj == FI_WAIT_FD) {
     int fd = -1;
     if (fi_control(&m->cq->fid, FI_GETWAIT, &fd) == 0) m->waitFd = fd;
@@ -400,6 +447,16 @@ bool OfiEndpoint::insertPeer(const void* name, size_t len, uint64_t* peer, OfiEr
     return false;
   }
   *peer = addr;
+  std::shared_ptr<LocalEndpoint> here;
+  {
+    std::lock_guard<std::mutex> g(g_localMu);
+    auto it = localByName().find(std::string(static_cast<const char*>(name), len));
+    if (it != localByName().end()) here = it->second.lock();
+  }
+  if (here && here != m->self && addr < (1u << 20)) {  // FI_AV_TABLE numbers from 0
+    if (m->local.size() <= addr) m->local.resize(addr + 1);
+    m->local[addr] = std::move(here);
+  }
   return true;
 }
 
@@ -423,12 +480,16 @@ int OfiEndpoint::recv(void* buf, size_t len, void* desc, uint64_t ctx, uint64_t 
 
 int OfiEndpoint::send(const void* buf, size_t len, void* desc, uint64_t peer, uint64_t ctx) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_send");
   return post(m, "fi_send", OfiOp::kSend, ctx, len,
               [&](OfiPending* p) { return fi_send(m->ep, buf, len, desc, peer, p); });
 }
 
 int OfiEndpoint::sendData(const void* buf, size_t len, void* desc, uint64_t imm, uint64_t peer, uint64_t ctx) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_senddata");
   return post(m, "fi_senddata", OfiOp::kSend, ctx, len,
               [&](OfiPending* p) { return fi_senddata(m->ep, buf, len, desc, imm, peer, p); });
 }
@@ -437,6 +498,8 @@ int OfiEndpoint::sendMsg(const iovec* iov, void** desc, size_t count, uint64_t i
                          uint64_t ctx) {
   Impl* m = impl_.get();
   size_t len = 0;
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_sendmsg");
   for (size_t i = 0; i < count; i++) len += iov[i].iov_len;
   return post(m, "fi_sendmsg", OfiOp::kSend, ctx, len, [&](OfiPending* p) {
     fi_msg msg{};
@@ -452,17 +515,23 @@ int OfiEndpoint::sendMsg(const iovec* iov, void** desc, size_t count, uint64_t i
 
 int OfiEndpoint::inject(const void* buf, size_t len, uint64_t peer) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_inject");
   return postInject(m, "fi_inject", len, [&] { return fi_inject(m->ep, buf, len, peer); });
 }
 
 int OfiEndpoint::injectData(const void* buf, size_t len, uint64_t imm, uint64_t peer) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_injectdata");
   return postInject(m, "fi_injectdata", len, [&] { return fi_injectdata(m->ep, buf, len, imm, peer); });
 }
 
 int OfiEndpoint::injectWriteData(const void* buf, size_t len, uint64_t imm, uint64_t peer, uint64_t raddr,
                                  uint64_t rkey) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_inject_writedata");
   return postInject(m, "fi_inject_writedata", len,
                     [&] { return fi_inject_writedata(m->ep, buf, len, imm, peer, raddr, rkey); });
 }
@@ -470,6 +539,8 @@ int OfiEndpoint::injectWriteData(const void* buf, size_t len, uint64_t imm, uint
 int OfiEndpoint::write(const void* buf, size_t len, void* desc, uint64_t peer, uint64_t raddr, uint64_t rkey,
                        uint64_t ctx) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_write");
   return post(m, "fi_write", OfiOp::kWrite, ctx, len,
               [&](OfiPending* p) { return fi_write(m->ep, buf, len, desc, peer, raddr, rkey, p); });
 }
@@ -477,12 +548,16 @@ int OfiEndpoint::write(const void* buf, size_t len, void* desc, uint64_t peer, u
 int OfiEndpoint::writeData(const void* buf, size_t len, void* desc, uint64_t imm, uint64_t peer, uint64_t raddr,
                            uint64_t rkey, uint64_t ctx) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_writedata");
   return post(m, "fi_writedata", OfiOp::kWrite, ctx, len,
               [&](OfiPending* p) { return fi_writedata(m->ep, buf, len, desc, imm, peer, raddr, rkey, p); });
 }
 
 int OfiEndpoint::read(void* buf, size_t len, void* desc, uint64_t peer, uint64_t raddr, uint64_t rkey, uint64_t ctx) {
   Impl* m = impl_.get();
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, "fi_read");
   return post(m, "fi_read", OfiOp::kRead, ctx, len,
               [&](OfiPending* p) { return fi_read(m->ep, buf, len, desc, peer, raddr, rkey, p); });
 }
@@ -517,6 +592,11 @@ std::vector<uint64_t> OfiEndpoint::close() {
   std::vector<uint64_t> unfinished;
   if (m->closed) return unfinished;
   m->closed = true;
+  if (m->self) {
+    // Peers of this process post nothing to it from now on; one in the middle of a post ends it first.
+    m->self->closed.store(true);
+    while (m->self->users.load() != 0) sched_yield();
+  }
   for (OfiPending* p = m->head; p; p = p->next) {
     unfinished.push_back(p->ctx);
     // Receives can be taken back; sends, writes and reads end with the endpoint.

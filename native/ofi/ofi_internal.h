@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -163,8 +164,21 @@ struct OfiPending {
   OfiOp op = OfiOp::kSend;
 };
 
+// An endpoint of this process as its peers in this process see it. shm reaches an endpoint of
+// its own process through that endpoint's region directly, which is unmapped once it closes: a
+// send, write or read to it must not start after that, nor be under way while it closes. A
+// post to such a peer counts itself in `users` and checks `closed`; close sets `closed` and
+// waits for `users` to drop to 0 before fi_close (both sequentially consistent).
+struct LocalEndpoint {
+  std::atomic<int> users{0};
+  std::atomic<bool> closed{false};
+};
+
 struct OfiEndpoint::Impl {
   std::shared_ptr<OfiDomain> domain;
+  std::shared_ptr<LocalEndpoint> self;  // this endpoint, as its peers in this process hold it
+  // By AV id: the endpoint of this process that address names, or null (another process's).
+  std::vector<std::shared_ptr<LocalEndpoint>> local;
   OfiDomain::Impl* d = nullptr;
   fid_ep* ep = nullptr;
   fid_cq* cq = nullptr;

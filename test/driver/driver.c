@@ -3384,8 +3384,7 @@ static void sc_grouped(int v) {
 
 // The receiver closes its comm while 3 sends of 16 MiB wait for receives it never posts: the
 // sends still pending then must all end in an error, and well before TSNET_TIMEOUT_SEC where
-// the transport is told (TCP: the connection closes; libfabric: the CLOSE message, between
-// processes; an endpoint of the same process gets none, and its sends end by the silence).
+// the transport is told (TCP: the connection closes; libfabric: the CLOSE message).
 // Over TCP a send completes once its bytes are handed to the sockets, so one may complete
 // before the close.
 #define PC_SENDS 3
@@ -3458,12 +3457,7 @@ static int pc_step(Role* r) {
     note("every send completed before the close: nothing was left to be told");
     return 1;
   }
-  // Told or not: over libfabric the CLOSE goes to another process only.
-  int told = !(is_ofi() && g_procs == 1 && g_role == ROLE_BOTH);
-  if (told)
-    check(after < 0.6 * limit, "the sends ended %.2f s after the close, before 0.6 of TSNET_TIMEOUT_SEC (%.0f s): the transport told the sender", after, limit);
-  else
-    note("the sends ended %.2f s after the close (one process: no CLOSE over libfabric; TSNET_TIMEOUT_SEC %.0f s)", after, limit);
+  check(after < 0.6 * limit, "the sends ended %.2f s after the close, before 0.6 of TSNET_TIMEOUT_SEC (%.0f s): the transport told the sender", after, limit);
   return 1;
 }
 

@@ -207,22 +207,6 @@ describe('a peer that closes its comm (CLOSE)', () => {
     }
   });
 
-  it('a peer in this process (the same pid) gets no CLOSE: shm reaches such an endpoint through its region, gone once it closed', () => {
-    for (const procStat of [undefined, () => () => ({ state: 'S', start: 1 })]) {
-      const { w, send, recv, src, dst } = setup({ samePid: true, procStat });
-      recv.irecv(1, [buf(dst, 0, 100, 0)]);
-      w.settle();
-      send.close();
-      w.settle();
-      expect(w.b.ep.stats.peerClosed).toBe(0);
-      expect(w.a.host.rails[0].log.filter((o) => o.type === 'send' && msgKind(o.imm) === MsgKind.CLOSE)).toEqual([]);
-      // Its receive waits out the silence, as before the CLOSE existed.
-      w.advance(600);
-      expect(w.b.has(1)).toBe(false);
-      void src;
-    }
-  });
-
   it('a late CLOSE for a closed comm does not reach the later comm that took its id', () => {
     const w = new World({ timeoutMs: 1000, maxComms: 2 }); // one comm id per endpoint
     const first = w.connect();

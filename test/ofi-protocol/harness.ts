@@ -31,8 +31,6 @@ export interface WorldOptions {
   procStat?: (side: string) => ProcStat;
   /** With procStat: each side's kernel boot id (default: the same for both, one host). */
   bootId?: (side: string) => Uint8Array;
-  /** Both sides are endpoints of one process (the same pid), as two protocol threads' are. */
-  samePid?: boolean;
 }
 
 export interface Done {
@@ -116,7 +114,7 @@ export class World {
       maxComms: this.opts.maxComms,
       flushScratch: this.opts.flushScratch ? this.fabric.region(host, 64 * nics, 'cuda', 999) : null,
       gpuEager: this.opts.gpuEager,
-      pid: this.opts.samePid ? 1000 : 1000 + this.sides.length, // each fake host is its own process, unless samePid
+      pid: 1000 + this.sides.length, // each fake host is its own process
       watchPeers: !!this.opts.procStat,
       procStat: this.opts.procStat?.(name),
       bootId: this.opts.bootId?.(name) ?? new Uint8Array(16).fill(7),

@@ -44,13 +44,6 @@ export abstract class OfiComm {
   /** The connector's nonce of this connection (both ends know it): 14 bits of it mark a CLOSE as this connection's. */
   closeMark = -1;
   private closeNonce = 0;
-  /**
-   * The peer is an endpoint of this process (its pid, and no other kernel's boot id): it gets no
-   * CLOSE. shm reaches an endpoint of its own process through that endpoint's region directly,
-   * and a send to one that has closed touches unmapped memory (SIGSEGV, seen with two plugins in
-   * one test process); the process's ranks close together anyway.
-   */
-  private peerHere = false;
   /** When the peer's CLOSE came (ep.now), or -1. */
   peerClosedAt = -1;
   /** Rails this comm uses (both ends agree), and per rail the local NIC and the peer's id. */
@@ -113,7 +106,6 @@ export abstract class OfiComm {
    */
   protected watchPeer(pid: number, start: number, boot: Uint8Array): void {
     const procs = this.ep.procs;
-    this.peerHere = pid === this.ep.pid && !procs?.otherHost(boot);
     if (!procs || pid === this.ep.pid || !procs.sameHost(boot)) return; // ourselves, or another host
     const ok = procs.check(pid, start);
     if (ok === true) {
@@ -208,7 +200,7 @@ export abstract class OfiComm {
     this.release();
     this.ep.removeComm(this);
     // The peer learns at once (its pending requests fail after a grace instead of the timeout).
-    if (this.peerComm !== 0 && this.closeMark >= 0 && this.peerClosedAt < 0 && !this.peerHere) this.ep.sendClose(this.nic[0], this.peer[0], immClose(this.peerComm, this.closeNonce));
+    if (this.peerComm !== 0 && this.closeMark >= 0 && this.peerClosedAt < 0) this.ep.sendClose(this.nic[0], this.peer[0], immClose(this.peerComm, this.closeNonce));
   }
 
   protected protocolError(msg: string): void {

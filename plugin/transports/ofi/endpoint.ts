@@ -400,9 +400,9 @@ export class OfiEndpoint {
   /**
    * Tells a comm's peer that it closed (CLOSE, 0 bytes, from the flush line's zero bytes); not
    * once the endpoint closes (the transport's release at the last finalize, when NCCL has closed
-   * its comms): a peer endpoint of this process may be closed by then, and shm writes into the
-   * region of a peer in its own process directly, which is unmapped once that endpoint closed
-   * (a CLOSE sent there killed the process with SIGSEGV).
+   * its comms, and the peers' endpoints may be closing too). A peer endpoint of this process that
+   * has closed is refused by the engine (ECONNREFUSED) rather than written into
+   * (native/ofi/ofi_internal.h, LocalEndpoint).
    */
   sendClose(nic: number, peer: number, imm: number): void {
     if (this.shut) return;

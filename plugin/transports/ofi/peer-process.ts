@@ -82,11 +82,6 @@ export class PeerProcesses {
     this.boot = boot ?? readBootId();
   }
 
-  /** Whether boot is known and another kernel's than ours (a peer on another host). */
-  otherHost(boot: Uint8Array): boolean {
-    return known(this.boot) && known(boot) && !this.sameHost(boot);
-  }
-
   /** Whether the peer that sent boot is on this host. */
   sameHost(boot: Uint8Array): boolean {
     if (!known(this.boot) || !known(boot) || boot.length !== this.boot.length) return false;
