@@ -227,11 +227,14 @@ int closedError(OfiEndpoint::Impl* m, const char* what) {
   return m->last.code;
 }
 
-// Posts one operation: call(context) makes the libfabric call. On -FI_EAGAIN it progresses
-// once and tries once more, then gives kOfiAgain back to the caller.
+// Posts one operation to peer: call(context) makes the libfabric call. On -FI_EAGAIN it
+// progresses once and tries once more, then gives kOfiAgain back to the caller. An endpoint of
+// this process that has closed is refused (LocalUse).
 template <class Call>
-int post(OfiEndpoint::Impl* m, const char* what, OfiOp op, uint64_t ctx, size_t len, Call call) {
+int post(OfiEndpoint::Impl* m, const char* what, OfiOp op, uint64_t ctx, size_t len, uint64_t peer, Call call) {
   if (m->closed) return closedError(m, what);
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, what);
   if (len > m->d->nic.maxMsgSize) {
     m->last = ofiErrorOf(-FI_EMSGSIZE, what, std::to_string(len) + " bytes; " + m->d->nic.provider + " takes up to " +
                                                  std::to_string(m->d->nic.maxMsgSize));
@@ -256,8 +259,10 @@ int post(OfiEndpoint::Impl* m, const char* what, OfiOp op, uint64_t ctx, size_t 
 }
 
 template <class Call>
-int postInject(OfiEndpoint::Impl* m, const char* what, size_t len, Call call) {
+int postInject(OfiEndpoint::Impl* m, const char* what, size_t len, uint64_t peer, Call call) {
   if (m->closed) return closedError(m, what);
+  LocalUse use(m, peer);
+  if (use.gone()) return localGoneError(m, what);
   if (len > m->d->nic.injectSize) {
     m->last = ofiErrorOf(-FI_EMSGSIZE, what, std::to_string(len) + " bytes; " + m->d->nic.provider + " injects up to " +
                                                  std::to_string(m->d->nic.injectSize));
@@ -474,23 +479,19 @@ bool OfiEndpoint::removePeer(uint64_t peer, OfiError* err) {
 
 int OfiEndpoint::recv(void* buf, size_t len, void* desc, uint64_t ctx, uint64_t peer) {
   Impl* m = impl_.get();
-  return post(m, "fi_recv", OfiOp::kRecv, ctx, len,
+  return post(m, "fi_recv", OfiOp::kRecv, ctx, len, FI_ADDR_UNSPEC,
               [&](OfiPending* p) { return fi_recv(m->ep, buf, len, desc, peer, p); });
 }
 
 int OfiEndpoint::send(const void* buf, size_t len, void* desc, uint64_t peer, uint64_t ctx) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_send");
-  return post(m, "fi_send", OfiOp::kSend, ctx, len,
+  return post(m, "fi_send", OfiOp::kSend, ctx, len, peer,
               [&](OfiPending* p) { return fi_send(m->ep, buf, len, desc, peer, p); });
 }
 
 int OfiEndpoint::sendData(const void* buf, size_t len, void* desc, uint64_t imm, uint64_t peer, uint64_t ctx) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_senddata");
-  return post(m, "fi_senddata", OfiOp::kSend, ctx, len,
+  return post(m, "fi_senddata", OfiOp::kSend, ctx, len, peer,
               [&](OfiPending* p) { return fi_senddata(m->ep, buf, len, desc, imm, peer, p); });
 }
 
@@ -498,10 +499,8 @@ int OfiEndpoint::sendMsg(const iovec* iov, void** desc, size_t count, uint64_t i
                          uint64_t ctx) {
   Impl* m = impl_.get();
   size_t len = 0;
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_sendmsg");
   for (size_t i = 0; i < count; i++) len += iov[i].iov_len;
-  return post(m, "fi_sendmsg", OfiOp::kSend, ctx, len, [&](OfiPending* p) {
+  return post(m, "fi_sendmsg", OfiOp::kSend, ctx, len, peer, [&](OfiPending* p) {
     fi_msg msg{};
     msg.msg_iov = iov;
     msg.desc = desc;
@@ -515,50 +514,38 @@ int OfiEndpoint::sendMsg(const iovec* iov, void** desc, size_t count, uint64_t i
 
 int OfiEndpoint::inject(const void* buf, size_t len, uint64_t peer) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_inject");
-  return postInject(m, "fi_inject", len, [&] { return fi_inject(m->ep, buf, len, peer); });
+  return postInject(m, "fi_inject", len, peer, [&] { return fi_inject(m->ep, buf, len, peer); });
 }
 
 int OfiEndpoint::injectData(const void* buf, size_t len, uint64_t imm, uint64_t peer) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_injectdata");
-  return postInject(m, "fi_injectdata", len, [&] { return fi_injectdata(m->ep, buf, len, imm, peer); });
+  return postInject(m, "fi_injectdata", len, peer, [&] { return fi_injectdata(m->ep, buf, len, imm, peer); });
 }
 
 int OfiEndpoint::injectWriteData(const void* buf, size_t len, uint64_t imm, uint64_t peer, uint64_t raddr,
                                  uint64_t rkey) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_inject_writedata");
-  return postInject(m, "fi_inject_writedata", len,
+  return postInject(m, "fi_inject_writedata", len, peer,
                     [&] { return fi_inject_writedata(m->ep, buf, len, imm, peer, raddr, rkey); });
 }
 
 int OfiEndpoint::write(const void* buf, size_t len, void* desc, uint64_t peer, uint64_t raddr, uint64_t rkey,
                        uint64_t ctx) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_write");
-  return post(m, "fi_write", OfiOp::kWrite, ctx, len,
+  return post(m, "fi_write", OfiOp::kWrite, ctx, len, peer,
               [&](OfiPending* p) { return fi_write(m->ep, buf, len, desc, peer, raddr, rkey, p); });
 }
 
 int OfiEndpoint::writeData(const void* buf, size_t len, void* desc, uint64_t imm, uint64_t peer, uint64_t raddr,
                            uint64_t rkey, uint64_t ctx) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_writedata");
-  return post(m, "fi_writedata", OfiOp::kWrite, ctx, len,
+  return post(m, "fi_writedata", OfiOp::kWrite, ctx, len, peer,
               [&](OfiPending* p) { return fi_writedata(m->ep, buf, len, desc, imm, peer, raddr, rkey, p); });
 }
 
 int OfiEndpoint::read(void* buf, size_t len, void* desc, uint64_t peer, uint64_t raddr, uint64_t rkey, uint64_t ctx) {
   Impl* m = impl_.get();
-  LocalUse use(m, peer);
-  if (use.gone()) return localGoneError(m, "fi_read");
-  return post(m, "fi_read", OfiOp::kRead, ctx, len,
+  return post(m, "fi_read", OfiOp::kRead, ctx, len, peer,
               [&](OfiPending* p) { return fi_read(m->ep, buf, len, desc, peer, raddr, rkey, p); });
 }
 

@@ -97,6 +97,12 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+// The plugin's link timeout (TSNET_TIMEOUT_SEC, 10 s by default): its greeting and dead-peer limits.
+static double timeout_sec(void) {
+  const char* t = getenv("TSNET_TIMEOUT_SEC");
+  return t && atof(t) > 0 ? atof(t) : 10.0;
+}
+
 // A watchdog for calls that block (close, dlopen...): a hang becomes a failure, not a stuck test.
 static void on_alarm(int sig) {
   (void)sig;
@@ -3249,8 +3255,7 @@ static void sc_stranger(int version) {
           comms, errs);
     // Each of these is refused for what it sent, not by the listener's greeting timeout
     // (TSNET_TIMEOUT_SEC, 10 s by default), which would close them all about as late.
-    const char* ts = getenv("TSNET_TIMEOUT_SEC");
-    double greeting = ts && atof(ts) > 0 ? atof(ts) : 10.0;
+    double greeting = timeout_sec();
     end = now_s() + g_timeout;
     for (int i = 0; i < NS; i++)
       if (must_drop[i] && fd[i] >= 0) {
@@ -3407,11 +3412,6 @@ static int pc_setup(Role* r) {
   if (!(p->buf = role_guarded(r, PC_SIZE, &p->mh))) return -1;
   fill(p->buf, PC_SIZE, 31);
   return 0;
-}
-
-static double timeout_sec(void) {
-  const char* t = getenv("TSNET_TIMEOUT_SEC");
-  return t && atof(t) > 0 ? atof(t) : 10.0;
 }
 
 static int pc_step(Role* r) {

@@ -86,15 +86,19 @@ describe('endpoints per rail', () => {
     expect(closed.sort()).toEqual(rails.map((_r, i) => i + 1));
   });
 
-  it('release says at INFO how many inputs the sender check dropped and let pass unnamed; nothing when none', () => {
+  /** The INFO lines of releasing an shm transport whose endpoint's stats are set to stats. */
+  function releaseLines(stats: Partial<OfiEndpoint['stats']>): string[] {
     const lines: string[] = [];
     setLogSink((_level, _flags, msg) => lines.push(msg));
     const a = transport([nic('shm')], 0);
     a.t.listen(0);
-    const ep = (a.t as unknown as { endpoints: (OfiEndpoint | undefined)[] }).endpoints[0]!;
-    ep.stats.foreign = 3;
-    ep.stats.unnamed = 7;
+    Object.assign((a.t as unknown as { endpoints: (OfiEndpoint | undefined)[] }).endpoints[0]!.stats, stats);
     a.t.release();
+    return lines;
+  }
+
+  it('release says at INFO how many inputs the sender check dropped and let pass unnamed; nothing when none', () => {
+    const lines = releaseLines({ foreign: 3, unnamed: 7 });
     const b = transport([nic('tcp')], 0);
     b.t.listen(0);
     b.t.release();
@@ -105,13 +109,7 @@ describe('endpoints per rail', () => {
   });
 
   it("release says at INFO how many comms heard their peer's CLOSE, CONNECTs were refused and inputs for closed comms were dropped", () => {
-    const lines: string[] = [];
-    setLogSink((_level, _flags, msg) => lines.push(msg));
-    const a = transport([nic('shm')], 0);
-    a.t.listen(0);
-    const ep = (a.t as unknown as { endpoints: (OfiEndpoint | undefined)[] }).endpoints[0]!;
-    Object.assign(ep.stats, { peerClosed: 6, refused: 1, staleMessages: 2, staleWrites: 4 });
-    a.t.release();
+    const lines = releaseLines({ peerClosed: 6, refused: 1, staleMessages: 2, staleWrites: 4 });
     expect(lines.filter((l) => l.includes('CLOSE'))).toEqual([
       "ofi shm: 6 comm(s) heard their peer's CLOSE; 1 CONNECT(s) refused; 2 message(s) and 4 write(s) for comms already closed dropped",
     ]);

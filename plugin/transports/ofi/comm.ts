@@ -10,7 +10,7 @@ import { OpKind } from './ops';
 import { PROBE_MS } from './peer-process';
 import { nicOf } from './policy/rails';
 import { completionError } from './status';
-import { MsgKind, closeMark, immClose, immMsg } from './wire';
+import { MsgKind, immClose, immMsg } from './wire';
 
 const OP_NAMES: Record<number, string> = {
   [OpKind.EAGER]: 'eager send',
@@ -41,9 +41,8 @@ export abstract class OfiComm {
   name: string;
   /** The peer comm's id in the peer's endpoint; 0 until known. */
   peerComm = 0;
-  /** The connector's nonce of this connection (both ends know it): 14 bits of it mark a CLOSE as this connection's. */
-  closeMark = -1;
-  private closeNonce = 0;
+  /** The connector's nonce of this connection (both ends know it from CONNECT): 14 bits of it mark a CLOSE as this connection's. */
+  connectorNonce = 0;
   /** When the peer's CLOSE came (ep.now), or -1. */
   peerClosedAt = -1;
   /** Rails this comm uses (both ends agree), and per rail the local NIC and the peer's id. */
@@ -131,12 +130,6 @@ export abstract class OfiComm {
     this.heardAt = this.ep.now;
   }
 
-  /** Both ends know the connector's nonce once connected. */
-  protected setCloseMark(connectorNonce: number): void {
-    this.closeMark = closeMark(connectorNonce);
-    this.closeNonce = connectorNonce;
-  }
-
   /**
    * The peer closed its comm (CLOSE): nothing more comes from it. Requests still pending, or
    * posted from now on, fail at the watchdog tick after closeGraceMs; a comm with nothing
@@ -200,7 +193,7 @@ export abstract class OfiComm {
     this.release();
     this.ep.removeComm(this);
     // The peer learns at once (its pending requests fail after a grace instead of the timeout).
-    if (this.peerComm !== 0 && this.closeMark >= 0 && this.peerClosedAt < 0) this.ep.sendClose(this.nic[0], this.peer[0], immClose(this.peerComm, this.closeNonce));
+    if (this.peerComm !== 0 && this.peerClosedAt < 0) this.ep.sendClose(this.nic[0], this.peer[0], immClose(this.peerComm, this.connectorNonce));
   }
 
   protected protocolError(msg: string): void {

@@ -30,6 +30,7 @@ import {
   MsgKind,
   REFUSAL_WORDS,
   Refusal,
+  closeMark,
   decodeConnect,
   encodeRefusal,
   immCloseMark,
@@ -554,7 +555,7 @@ export class OfiEndpoint {
         // Only the connection it names: a late CLOSE for a closed comm whose id was given again
         // carries another connection's mark.
         const comm = this.comms[to];
-        if (comm && comm.closeMark === immCloseMark(c.imm)) {
+        if (comm && closeMark(comm.connectorNonce) === immCloseMark(c.imm)) {
           if (this.fromPeer(r, c, comm, 'a close message')) {
             this.stats.peerClosed++;
             comm.onPeerClosed();

@@ -152,7 +152,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       ep.removeComm(this);
       throw e;
     }
-    this.setCloseMark(c.connectorNonce);
+    this.connectorNonce = c.connectorNonce;
     this.mailboxAddr = c.mailboxAddr;
     for (let l = 0; l < this.rails; l++) {
       const k = c.mailboxKeys[l % c.mailboxKeys.length];

@@ -87,7 +87,6 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   /** Set by ACCEPT. */
   connected = false;
   connectError: NetError | undefined;
-  readonly connectorNonce: number;
   private readonly mem: OwnedRegion;
   private readonly mb32: Uint32Array;
   private readonly mbI32: Int32Array;
@@ -129,7 +128,6 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.mbI32 = new Int32Array(b.buffer, b.byteOffset, MAILBOX_BYTES / 4);
     this.hdr = new DataView(b.buffer, b.byteOffset + HEADERS_AT, MAX_SENDS * EAGER_HEADER_BYTES);
     this.connectorNonce = ep.random() >>> 0;
-    this.setCloseMark(this.connectorNonce);
   }
 
   /** When CONNECT was last sent (ep.clock()), and whether its send failed since. */
