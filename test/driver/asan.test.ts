@@ -57,8 +57,16 @@ describe.skipIf(!ASAN)('C driver, plugin under AddressSanitizer', () => {
     }
   }, 400_000);
 
-  it('loopback, --procs 1, v12: every scenario', async () => {
-    expectClean(await run(['all', '--procs', '1'], { TSNET_TRANSPORT: 'loopback', TSNET_LOOPBACK_DEVICES: '2' }));
+  // Every scenario of `all` but fork, every version. gcc 12's libasan takes none of its
+  // allocator's locks around fork() (it registers no pthread_atfork handler): a child forked
+  // while one of the plugin's or Node's threads is inside ASan's malloc inherits that lock held
+  // and hangs in its own first malloc (a CI run saw the v8 child hang so). glibc's malloc does
+  // take its locks across fork, so fork runs without ASan in driver.test.ts and ofi.test.ts.
+  it('loopback, --procs 1, every version: every scenario but fork', async () => {
+    const scenarios = 'tables,transfer,inflight,grouped,pushback,teardown,marker,peerclose,badinput,lifecycle,stale,killpeer,stranger';
+    const r = await run([scenarios, '--procs', '1', '--version', 'all'], { TSNET_TRANSPORT: 'loopback', TSNET_LOOPBACK_DEVICES: '2' });
+    expectClean(r);
+    for (const v of [6, 12]) expect(r.stdout).toMatch(new RegExp(`^ok - v${v} stale: `, 'm'));
   }, 400_000);
 
   it.skipIf(!HAVE_LIBFABRIC)('libfabric shm, --procs 2, v12, 2 rails: transfer, in flight, grouped, the oversize send, killpeer', async () => {

@@ -52,9 +52,22 @@ static int g_procs = 1;
 enum { ROLE_BOTH = 0, ROLE_SEND = 1, ROLE_RECV = 2 };
 static int g_role;              // --role: this invocation runs one role of each pair
 
+// The plugin's threads log through logger() while the main thread moves from role to role:
+// the prefix changes under a lock, and a log line copies it under the same lock (snprintf
+// empties the buffer before it writes, so an unlocked reader could see "").
+static pthread_mutex_t g_prefix_mu = PTHREAD_MUTEX_INITIALIZER;
+
+// A child forked while a plugin thread logs would find the lock held for good: fork takes it
+// first, and the child starts with a fresh one.
+static void prefix_lock(void) { pthread_mutex_lock(&g_prefix_mu); }
+static void prefix_unlock(void) { pthread_mutex_unlock(&g_prefix_mu); }
+static void prefix_reset(void) { pthread_mutex_init(&g_prefix_mu, NULL); }
+
 static void set_prefix(int version, const char* scenario, const char* role) {
+  pthread_mutex_lock(&g_prefix_mu);
   snprintf(g_prefix, sizeof g_prefix, "v%d %s%s%s%s", version, scenario, role ? " [" : "", role ? role : "",
            role ? "]" : "");
+  pthread_mutex_unlock(&g_prefix_mu);
 }
 
 __attribute__((format(printf, 2, 3))) static int check(int cond, const char* fmt, ...) {
@@ -88,7 +101,11 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "[%d] %s: log %d: %s\n", (int)getpid(), g_prefix, level, msg);
+  char prefix[sizeof g_prefix];
+  pthread_mutex_lock(&g_prefix_mu);
+  memcpy(prefix, g_prefix, sizeof prefix);
+  pthread_mutex_unlock(&g_prefix_mu);
+  fprintf(stderr, "[%d] %s: log %d: %s\n", (int)getpid(), prefix, level, msg);
 }
 
 static double now_s(void) {
@@ -1840,6 +1857,22 @@ static void install_crash_report(void) {
   for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) sigaction(sigs[k], &sa, NULL);
 }
 
+// A forked child that does not end in time is sent SIGQUIT before SIGKILL: it prints its stack
+// (it has one thread) and exits 99, so the failure says where it was stuck.
+static void stuck_report(int sig, siginfo_t* si, void* uc) {
+  crash_report(sig, si, uc);
+  _exit(99);
+}
+
+static void install_stuck_report(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = stuck_report;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGQUIT, &sa, NULL);
+}
+
 static void __attribute__((noreturn)) role_process(int version, const PairScenario* sc, int param, int sender, Chan ch,
                                                    int resfd) {
   g_pass = g_fail = 0;
@@ -1860,9 +1893,14 @@ static void forget_shm(pid_t pid) { shim_shm_regions((int)pid, 1, NULL, NULL); }
 // Waits (at most until `end`) for a role process and folds its results in.
 // Waits for child pid until end (now_s() time); SIGKILLs it then. Returns pid when it ended by
 // itself, 0 when it had to be killed; *status is its wait status either way.
-static pid_t wait_until(pid_t pid, int* status, double end) {
+static pid_t waitpid_until(pid_t pid, int* status, double end) {
   pid_t w;
   while ((w = waitpid(pid, status, WNOHANG)) == 0 && now_s() < end) usleep(1000);
+  return w;
+}
+
+static pid_t wait_until(pid_t pid, int* status, double end) {
+  pid_t w = waitpid_until(pid, status, end);
   if (w != 0) return w;
   kill(pid, SIGKILL);
   waitpid(pid, status, 0);
@@ -2488,6 +2526,7 @@ static void __attribute__((noreturn)) fork_child(const Net* n, void* ctx, void* 
                                                  void* rmh, uint8_t* sbuf, uint8_t* rbuf, void* rreq, int resfd) {
   g_pass = g_fail = 0;
   watchdog(g_timeout);  // a pending alarm is not inherited
+  install_stuck_report();
   set_prefix(n->version, "fork", "child");
   double t0 = now_s();
   void* req = NULL;
@@ -2567,12 +2606,19 @@ static void sc_fork(int version) {
   close(res[1]);
   if (!check(pid > 0, "fork (%s)", pid < 0 ? strerror(errno) : "a child")) { close(res[0]); goto close; }
   int status = 0;
-  pid_t got = wait_until(pid, &status, now_s() + g_timeout);
+  pid_t got = waitpid_until(pid, &status, now_s() + g_timeout);
+  if (got == 0) {
+    kill(pid, SIGQUIT);  // install_stuck_report: its stack on stderr, then exit 99
+    got = waitpid_until(pid, &status, now_s() + 5);
+    if (got == 0) kill(pid, SIGKILL), waitpid(pid, &status, 0);
+    got = 0;
+  }
   ssize_t rd = take_counts(res[0]);
   set_prefix(version, "fork", NULL);
   check(got == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && rd == (ssize_t)(2 * sizeof(int)),
-        "the forked child returned from every call, reported, and exited through exit() with 0 (%s, status %d)",
-        got == 0 ? "still running: killed" : WIFSIGNALED(status) ? "killed by a signal" : "exited", status);
+        "the forked child returned from every call, reported, and exited through exit() with 0 (%s, status %d, %s)",
+        got == 0 ? "still running: killed" : WIFSIGNALED(status) ? "killed by a signal" : "exited", status,
+        rd == (ssize_t)(2 * sizeof(int)) ? "it reported" : "no report");
   // The parent goes on: the receive posted before the fork, more messages, a new pair.
   fork_roundtrip(&n, sc, rc, smh, rmh, sbuf, rbuf, MB, 402, rreq, "after the child's exit, into the receive posted before the fork");
   fork_roundtrip(&n, sc, rc, smh, rmh, sbuf, rbuf, 8, 403, NULL, "after the child's exit");
@@ -3542,6 +3588,7 @@ static void usage(void) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  pthread_atfork(prefix_lock, prefix_unlock, prefix_reset);
   if (argc < 2) return usage(), 2;
   const char* what = argv[1];
   int version = 0;
