@@ -121,6 +121,7 @@ void retireNow(IoThread* t, Lane* l) {
   if (std::find(t->ofi.begin(), t->ofi.end(), l) != t->ofi.end()) {
     t->ofi.erase(std::remove(t->ofi.begin(), t->ofi.end(), l), t->ofi.end());
     if (l->ofiNoWait) t->ofiNoWait--;
+    if (l->ofiBell) t->ofiBells--;
   }
   l->listed = false;
   t->graveyard.push_back(l);
@@ -543,6 +544,10 @@ bool drainAdmin(IoThread* t) {
       if (l->ofi && !l->closed && l->ofi->waitFd() < 0) {
         l->ofiNoWait = true;
         t->ofiNoWait++;
+        if (l->ofi->bellFd() >= 0) {
+          l->ofiBell = true;
+          t->ofiBells++;
+        }
       }
     }
     delete a;
@@ -599,6 +604,12 @@ void freeLane(IoThread* t, Lane* l) {
 // (TSNET_OFI_POLL_US) instead of epoll_wait's 1 ms minimum, for kNoWaitRecentNs. epoll_pwait2
 // (Linux 5.11) takes a timespec; where the kernel lacks it, 1 ms it is.
 constexpr uint64_t kNoWaitRecentNs = 1000000;
+// The longest sleep on armed doorbells. Every peer that can reach an endpoint through shm can
+// ring its bell (the same user and /dev/shm, protocol version 6), so this only bounds what an
+// unforeseen lost ring would cost. Not 1 ms: on 2 cores, idle threads waking every ms put
+// millisecond tails on the busy ones (8-byte ping-pong p99 0.65-2.0 ms with 1 ms, 57 us with
+// longer sleeps; docs/performance.md, item 34).
+constexpr int kBellFallbackMs = 10;
 std::atomic<bool> g_noPwait2{false};
 
 // The last time any I/O thread of the process did work while it served an endpoint without a
@@ -756,6 +767,10 @@ void threadMain(IoThread* t) {
     if (work) {
       lastWork = now;
       if (t->ofiNoWait) noteNoWaitWork(t, now);
+      if (t->bellsArmed) {  // awake: peers need not ring
+        ofiArmBells(t, false);
+        t->bellsArmed = false;
+      }
     }
     int timeout = 0;
     bool shortWait = false;
@@ -766,16 +781,30 @@ void threadMain(IoThread* t) {
       if (!anySubs(t) && !t->admin.load(std::memory_order_seq_cst)) {
         timeout = lingerMs;
         // An endpoint without a wait fd progresses only when polled (shm): every ms, and for
-        // the first ms after activity every noWaitNs (a reply is usually that close).
+        // the first ms after activity every noWaitNs (a reply is usually that close). Where
+        // every one has a doorbell and only receives are posted, its peers ring when they post
+        // to it: the bells are armed, the endpoints polled once more (a message that came
+        // before the arming), and then the thread sleeps until a ring, or kBellFallbackMs.
         if (!t->ofi.empty() && (t->ofiNoWait || !ofiMayBlock(t))) {
           timeout = t->ofiNoWait ? 1 : 0;
-          shortWait = t->ofiNoWait && pollIdleNs(t, now, lastWork) < kNoWaitRecentNs;
+          if (t->ofiNoWait && ofiBellsCover(t)) {
+            if (!t->bellsArmed) {
+              ofiArmBells(t, true);
+              t->bellsArmed = true;
+              timeout = 0;
+            } else {
+              timeout = kBellFallbackMs;
+            }
+          } else {
+            shortWait = t->ofiNoWait && pollIdleNs(t, now, lastWork) < kNoWaitRecentNs;
+          }
         }
       }
     }
     int n = shortWait ? waitShort(t->ep, evs, kEvents, t->noWaitNs) : epoll_wait(t->ep, evs, kEvents, timeout);
     __atomic_store_n(sleeping, 0, __ATOMIC_RELAXED);
     if (n > 0) lastWork = nowNs();
+    bool rang = false;
     for (int i = 0; i < n; i++) {
       if (!evs[i].data.ptr) {
         uint64_t v;
@@ -784,9 +813,20 @@ void threadMain(IoThread* t) {
         t->wakes.woke();
         continue;
       }
+      if (evs[i].data.u64 & kBellTag) {  // a peer rang: the flag it swapped is armed no more
+        Lane* l = reinterpret_cast<Lane*>(evs[i].data.u64 & ~kBellTag);
+        ofiBellHeard(l);
+        rang = true;
+        listLane(t, l);
+        continue;
+      }
       Lane* l = static_cast<Lane*>(evs[i].data.ptr);
       if (evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) l->hup = true;
       listLane(t, l);
+    }
+    if (rang) {  // awake, the others' bells too: re-armed before the next sleep
+      ofiArmBells(t, false);
+      t->bellsArmed = false;
     }
   }
 }

@@ -85,6 +85,7 @@ struct Lane {
   Op* ofiTail = nullptr;
   int ofiErrors = 0;         // failed completions so far (the first ones are logged)
   bool ofiNoWait = false;    // no wait fd: its thread must poll it (I/O thread only)
+  bool ofiBell = false;      // of those, one with a doorbell its peers ring (I/O thread only)
   uint32_t spinGroup = 0;    // the rails of one endpoint share their busy-poll window (ofiRail); set before kAddOfi
   std::string ofiLastError;  // the provider's words for the last one
   uint8_t* rx = nullptr;  // control lanes: the receive ring (rxMem), shared with its JavaScript ArrayBuffer
@@ -124,6 +125,8 @@ struct IoThread {
   std::vector<Lane*> ofi;        // libfabric lanes: polled every pass
   int cudaDevice = -1;           // the GPU whose primary context this thread made current (-1: none)
   int ofiNoWait = 0;             // of those, lanes without a wait fd: the thread never blocks long
+  int ofiBells = 0;              // of those, lanes with a doorbell (OfiEndpoint::bellFd)
+  bool bellsArmed = false;       // their bells are armed, and no ring was heard since
   bool ofiActive = false;        // this pass found completions on them: activity, like a submission
   // Passes this thread polled on in a busy-poll window that only another rail of one of its
   // endpoints kept open (its own work older than the window), and that only another endpoint's
@@ -204,6 +207,12 @@ void ofiClose(Lane* l, bool drainFirst = true);      // close the endpoint, drop
 void ofiDelete(Lane* l);                             // the lane is freed: its endpoint goes
 void ofiRelease(Op* op);                             // an op leaves: its registrations' counts drop
 bool ofiMayBlock(IoThread* t);                       // every endpoint agrees to sleep (fi_trywait)
+// Doorbells (endpoints without a wait fd, native/ofi/ofi_bell.cc). The epoll entry of a bell
+// carries its lane's pointer with kBellTag set.
+constexpr uint64_t kBellTag = 1;
+bool ofiBellsCover(IoThread* t);                     // the thread may sleep on its bells: see engine_ofi.cc
+void ofiArmBells(IoThread* t, bool arm);             // arms (or disarms) every bell of the thread
+void ofiBellHeard(Lane* l);                          // reads what rang l's bell
 void ofiRegister(napi_env env, napi_value exports);  // ofiOpen, ofiRail, ofiInsertPeer, ofiRegMr, ...
 Lane* newLane(int fd, IoThread* t, int port, uint32_t link);
 Lane* laneOf(uint32_t id);

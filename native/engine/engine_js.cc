@@ -23,6 +23,7 @@
 #include "../wake_delays_js.h"
 #include "engine_internal.h"
 #include "../stacks.h"
+#include "../ofi/ofi.h"
 
 namespace tsn {
 namespace {
@@ -347,6 +348,12 @@ Napi::Value IoLaneState(const Napi::CallbackInfo& info) {
   if (!g.owns_lock()) return o;
   o.Set("closed", l->closed);
   o.Set("closing", l->closing);
+  if (l->ofi) {  // a libfabric lane: its doorbell, where it has one
+    o.Set("bell", l->ofi->bellFd() >= 0);
+    o.Set("bellRang", static_cast<double>(l->ofi->bellRang()));
+    o.Set("bellHeard", static_cast<double>(l->ofi->bellHeard()));
+    o.Set("outgoing", static_cast<double>(l->ofi->outgoing()));
+  }
   o.Set("err", l->err);
   o.Set("eof", l->eof);
   for (int dir : {kW, kR}) {

@@ -61,6 +61,7 @@ uint32_t g_nextMr = 1;
 std::vector<OfiNic>* g_nics = nullptr;
 std::vector<std::shared_ptr<OfiDomain>>* g_domains = nullptr;
 std::string g_progress;
+bool g_bell = true;  // ofiOpen's bell: endpoints without a wait fd get doorbells (TSNET_OFI_BELL)
 
 MrEntry* mrAt(uint32_t i) {
   if (i == 0 || i / kMrChunk >= kMrChunks) return nullptr;
@@ -254,6 +255,34 @@ bool ofiMayBlock(IoThread* t) {
   return true;
 }
 
+// Whether the thread may sleep on its endpoints' bells instead of polling them on a timer:
+// every endpoint of it is one without a wait fd and with a bell, and none has anything in
+// flight but receives. A send's, write's or read's completion comes from the peer's progress
+// (shm answers in this endpoint's region), which rings nothing, so those keep the timer.
+bool ofiBellsCover(IoThread* t) {
+  if (t->ofiNoWait == 0 || t->ofiBells < t->ofiNoWait || t->ofiNoWait != static_cast<int>(t->ofi.size())) return false;
+  for (Lane* l : t->ofi) {
+    std::lock_guard<std::mutex> g(l->mu);
+    if (l->closed || l->quiet) continue;
+    if (l->ofiHead || l->ofi->outgoing() > 0) return false;
+  }
+  return true;
+}
+
+void ofiArmBells(IoThread* t, bool arm) {
+  for (Lane* l : t->ofi) {
+    if (!l->ofiBell) continue;
+    std::lock_guard<std::mutex> g(l->mu);
+    if (arm) l->ofi->bellArm();
+    else l->ofi->bellDisarm();
+  }
+}
+
+void ofiBellHeard(Lane* l) {
+  std::lock_guard<std::mutex> g(l->mu);
+  if (l->ofi) l->ofi->bellDrain();
+}
+
 void ofiClose(Lane* l, bool drainFirst) {
   // What already completed is taken first (a post's progress may have read some), then the
   // endpoint goes; every op it still held is dropped with the lane (no completion follows).
@@ -274,6 +303,7 @@ void ofiClose(Lane* l, bool drainFirst) {
       }
   int fd = l->ofi->waitFd();
   if (fd >= 0) epoll_ctl(l->t->ep, EPOLL_CTL_DEL, fd, nullptr);
+  if (int bfd = l->ofi->bellFd(); bfd >= 0) epoll_ctl(l->t->ep, EPOLL_CTL_DEL, bfd, nullptr);
   for (uint64_t ctx : l->ofi->close()) {
     Op* op = reinterpret_cast<Op*>(ctx);
     op->next = l->dead;
@@ -405,6 +435,7 @@ Napi::Value OfiOpen(const Napi::CallbackInfo& info) {
     o.dmabuf = a.Get("dmabuf").ToBoolean().Value();
     if (a.Get("autoProgress").IsBoolean()) o.autoProgress = a.Get("autoProgress").ToBoolean().Value();
     if (a.Get("source").IsBoolean()) o.source = a.Get("source").ToBoolean().Value();
+    if (a.Get("bell").IsBoolean()) g_bell = a.Get("bell").ToBoolean().Value();
     std::vector<OfiNic> nics = ofiDiscover(o, &why, &g_progress);
     if (nics.empty()) return fail(env, why, TSN_SYSTEM_ERROR);
     g_nics = new std::vector<OfiNic>(std::move(nics));
@@ -483,6 +514,7 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   if (ti < 0 || ti >= n) return fail(env, "ofiRail: no such I/O thread");
   OfiEndpointOptions o;
   o.waitFd = domain->nic().autoProgress;  // without progress of its own, a thread must poll anyway
+  o.bell = g_bell;  // where it gets no wait fd (shm), a bell in its place
   OfiError err;
   std::unique_ptr<OfiEndpoint> ep = OfiEndpoint::open(domain, o, &err);
   if (!ep) return fail(env, err.text, err.result);
@@ -495,6 +527,13 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
     ev.events = EPOLLIN;
     ev.data.ptr = l;
     epoll_ctl(l->t->ep, EPOLL_CTL_ADD, fd, &ev);
+  } else if (int bfd = l->ofi->bellFd(); bfd >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = reinterpret_cast<uintptr_t>(l) | kBellTag;
+    epoll_ctl(l->t->ep, EPOLL_CTL_ADD, bfd, &ev);
+  } else if (o.bell) {
+    log(kLogInfo, "ofi: lane %u: no doorbell (%s); its I/O thread polls it on a timer", l->id, l->ofi->bellWhy().c_str());
   }
   postAdmin(l->t, new Admin{nullptr, Admin::kAddOfi, l});
   Napi::Object out = Napi::Object::New(env);

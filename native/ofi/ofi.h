@@ -274,6 +274,7 @@ constexpr int kOfiAgain = -11;
 struct OfiEndpointOptions {
   bool waitFd = false;            // ask for an fd to sleep on (FI_WAIT_FD); see waitFd()
   size_t cqSize = 0;              // completion queue entries; 0: tx size + rx size
+  bool bell = false;              // no wait fd: a doorbell its peers ring while its thread sleeps (bellFd)
 };
 
 // An RDM endpoint with its own completion queue (FI_CQ_FORMAT_DATA) and address vector
@@ -327,6 +328,23 @@ class OfiEndpoint {
   // True when the thread may sleep on waitFd() now (fi_trywait: nothing to progress, nothing
   // queued); false: poll first.
   bool tryWait();
+
+  // The doorbell of an endpoint without a wait fd (opened with bell; native/ofi/ofi_bell.cc):
+  // a datagram socket that becomes readable when a peer rang, -1 where there is none. Its
+  // owner's thread arms it (bellArm), polls once more, then sleeps on bellFd(); a peer of any
+  // process that posts to this endpoint while it is armed disarms it and rings, once. bellDrain
+  // reads what rang; bellDisarm stops the rings once the thread is awake.
+  int bellFd() const;
+  const std::string& bellWhy() const;  // why bellFd() is -1 where a bell was asked for
+  void bellArm();
+  void bellDisarm();
+  void bellDrain();
+  // Operations in flight that are not receives: their completions need this endpoint polled
+  // after a peer's progress, which rings no bell (a send's, a write's, a read's).
+  size_t outgoing() const;
+  // Rings this endpoint's posts made (peers woken) and rings it heard (datagrams read).
+  uint64_t bellRang() const;
+  uint64_t bellHeard() const;
 
   // Cancels posted receives, closes the endpoint, then drains and discards its completion queue,
   // so nothing it did can surface later. Returns the contexts of the operations that never

@@ -1,5 +1,6 @@
 // RDM endpoints: posting operations, reading completions (errors with the provider's words),
 // the wait fd, and a close that leaves nothing behind.
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -67,6 +68,7 @@ void link(OfiEndpoint::Impl* m, OfiPending* p) {
   else m->head = p;
   m->tail = p;
   m->inFlight++;
+  if (p->op != OfiOp::kRecv) m->outgoing++;
 }
 
 void unlink(OfiEndpoint::Impl* m, OfiPending* p) {
@@ -75,6 +77,7 @@ void unlink(OfiEndpoint::Impl* m, OfiPending* p) {
   if (p->next) p->next->prev = p->prev;
   else m->tail = p->prev;
   m->inFlight--;
+  if (p->op != OfiOp::kRecv) m->outgoing--;
 }
 
 // The operation a completion's op_context names, or null when it names none of ours. Checked
@@ -227,6 +230,12 @@ int closedError(OfiEndpoint::Impl* m, const char* what) {
   return m->last.code;
 }
 
+// After a post to peer: its bell, where it has one and its thread sleeps armed.
+void ringPeer(OfiEndpoint::Impl* m, uint64_t peer) {
+  if (peer < m->peerBells.size() && m->peerBells[peer] && m->peerBells[peer]->ring())
+    m->rang.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Posts one operation to peer: call(context) makes the libfabric call. On -FI_EAGAIN it
 // progresses once and tries once more, then gives kOfiAgain back to the caller. An endpoint of
 // this process that has closed is refused (LocalUse).
@@ -250,6 +259,7 @@ int post(OfiEndpoint::Impl* m, const char* what, OfiOp op, uint64_t ctx, size_t 
   }
   if (r == 0) {
     link(m, p);
+    if (op != OfiOp::kRecv) ringPeer(m, peer);
     return 0;
   }
   give(m, p);
@@ -273,7 +283,10 @@ int postInject(OfiEndpoint::Impl* m, const char* what, size_t len, uint64_t peer
     progress(m);
     r = call();
   }
-  if (r == 0) return 0;
+  if (r == 0) {
+    ringPeer(m, peer);
+    return 0;
+  }
   if (r == -FI_EAGAIN) return kOfiAgain;
   m->last = ofiErrorOf(static_cast<int>(r), what, m->d->nic.provider);
   return m->last.code;
@@ -406,6 +419,7 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
     int fd = -1;
     if (fi_control(&m->cq->fid, FI_GETWAIT, &fd) == 0) m->waitFd = fd;
   }
+  if (o.bell && m->waitFd < 0) m->bell = OfiBell::create(m->name, &m->bellWhy);
   return std::unique_ptr<OfiEndpoint>(new OfiEndpoint(std::move(m)));
 }
 
@@ -437,6 +451,22 @@ const OfiError& OfiEndpoint::lastError() const { return impl_->last; }
 bool OfiEndpoint::leftOpen() const { return impl_->leftOpen; }
 size_t OfiEndpoint::inFlight() const { return impl_->inFlight; }
 int OfiEndpoint::waitFd() const { return impl_->closed ? -1 : impl_->waitFd; }
+int OfiEndpoint::bellFd() const { return impl_->closed || !impl_->bell ? -1 : impl_->bell->fd; }
+const std::string& OfiEndpoint::bellWhy() const { return impl_->bellWhy; }
+void OfiEndpoint::bellArm() {
+  if (impl_->bell) impl_->bell->page->asleep.store(1, std::memory_order_seq_cst);
+}
+void OfiEndpoint::bellDisarm() {
+  if (impl_->bell) impl_->bell->page->asleep.store(0, std::memory_order_relaxed);
+}
+void OfiEndpoint::bellDrain() {
+  if (!impl_->bell) return;
+  char buf[64];
+  while (::recv(impl_->bell->fd, buf, sizeof buf, MSG_DONTWAIT) >= 0) impl_->bell->heard.fetch_add(1, std::memory_order_relaxed);
+}
+size_t OfiEndpoint::outgoing() const { return impl_->outgoing; }
+uint64_t OfiEndpoint::bellRang() const { return impl_->rang.load(std::memory_order_relaxed); }
+uint64_t OfiEndpoint::bellHeard() const { return impl_->bell ? impl_->bell->heard.load(std::memory_order_relaxed) : impl_->heardBefore; }
 
 bool OfiEndpoint::insertPeer(const void* name, size_t len, uint64_t* peer, OfiError* err) {
   Impl* m = impl_.get();
@@ -461,6 +491,11 @@ bool OfiEndpoint::insertPeer(const void* name, size_t len, uint64_t* peer, OfiEr
   if (here && here != m->self && addr < (1u << 20)) {  // FI_AV_TABLE numbers from 0
     if (m->local.size() <= addr) m->local.resize(addr + 1);
     m->local[addr] = std::move(here);
+  }
+  // A peer without a wait fd (the same provider as this endpoint) may have a bell to ring.
+  if (m->waitFd < 0 && addr < (1u << 20)) {
+    if (m->peerBells.size() <= addr) m->peerBells.resize(addr + 1);
+    m->peerBells[addr] = OfiPeerBell::open(std::string(static_cast<const char*>(name), len));
   }
   return true;
 }
@@ -620,8 +655,12 @@ std::vector<uint64_t> OfiEndpoint::close() {
   m->backlog.clear();
   m->head = m->tail = m->free = nullptr;
   m->inFlight = 0;
+  m->outgoing = 0;
   m->chunks.clear();
   m->waitFd = -1;
+  if (m->bell) m->heardBefore = m->bell->heard.load();
+  m->bell.reset();  // its files go: a peer's ring finds no one
+  m->peerBells.clear();
   return unfinished;
 }
 
@@ -653,6 +692,14 @@ const OfiError& OfiEndpoint::lastError() const { return impl_->last; }
 bool OfiEndpoint::leftOpen() const { return false; }
 size_t OfiEndpoint::inFlight() const { return 0; }
 int OfiEndpoint::waitFd() const { return -1; }
+int OfiEndpoint::bellFd() const { return -1; }
+const std::string& OfiEndpoint::bellWhy() const { return impl_->name; }
+void OfiEndpoint::bellArm() {}
+void OfiEndpoint::bellDisarm() {}
+void OfiEndpoint::bellDrain() {}
+size_t OfiEndpoint::outgoing() const { return 0; }
+uint64_t OfiEndpoint::bellRang() const { return 0; }
+uint64_t OfiEndpoint::bellHeard() const { return 0; }
 bool OfiEndpoint::insertPeer(const void*, size_t, uint64_t*, OfiError*) { return false; }
 bool OfiEndpoint::removePeer(uint64_t, OfiError*) { return false; }
 int OfiEndpoint::recv(void*, size_t, void*, uint64_t, uint64_t) { return -38; }

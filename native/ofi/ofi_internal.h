@@ -17,6 +17,7 @@
 #endif
 
 #include <signal.h>
+#include <sys/un.h>
 
 #include <atomic>
 #include <deque>
@@ -52,6 +53,47 @@ class OfiSignalGuard {
   static constexpr int kSigs[kN] = {SIGHUP,  SIGINT,  SIGQUIT, SIGILL,  SIGABRT, SIGFPE,
                                     SIGBUS,  SIGSEGV, SIGPIPE, SIGTERM, SIGUSR1, SIGUSR2};
   struct sigaction saved_[kN];
+};
+
+// --- doorbells (ofi_bell.cc) ---
+// shm offers no wait fd, so an I/O thread serving a shm endpoint could only sleep on a timer
+// (1 ms, 50 us in the first ms after work): a message that came while it slept waited for the
+// timer. A bell is what a wait fd would be, across processes: the endpoint's page in /dev/shm
+// says whether its thread sleeps, and its datagram socket beside it wakes that thread. Both are
+// named after the endpoint's address (which a peer has), through a hash.
+
+// The shared page: its owner writes magic last, so a peer that reads it sees the rest.
+struct OfiBellPage {
+  std::atomic<uint32_t> magic;
+  uint32_t version;
+  int32_t owner;                  // the pid that made it: a bell of a dead process is swept away
+  uint32_t pad;
+  std::atomic<uint32_t> asleep;   // 1: armed; a poster that swaps it to 0 rings
+};
+
+// An endpoint's own bell.
+struct OfiBell {
+  int fd = -1;
+  OfiBellPage* page = nullptr;
+  std::string shmName;   // for shm_open / shm_unlink
+  std::string sockPath;
+  std::atomic<uint64_t> heard{0};
+  // nullptr with *why where it cannot be made (the endpoint then sleeps on the timer).
+  static std::unique_ptr<OfiBell> create(const std::string& endpointName, std::string* why);
+  ~OfiBell();
+};
+
+// A peer endpoint's bell as its posters see it: its page mapped, its socket's address.
+struct OfiPeerBell {
+  OfiBellPage* page = nullptr;
+  sockaddr_un addr{};
+  socklen_t addrLen = 0;
+  // nullptr where the peer has none (a provider with a wait fd, or an older build).
+  static std::shared_ptr<OfiPeerBell> open(const std::string& endpointName);
+  // After a post to the peer: where its thread sleeps armed, wakes it (once per arming).
+  // Returns true when it rang.
+  bool ring();
+  ~OfiPeerBell();
 };
 
 #if TSN_HAVE_LIBFABRIC
@@ -191,6 +233,13 @@ struct OfiEndpoint::Impl {
   bool leftOpen = false;   // close() left the endpoint open (OfiEndpoint::close)
   int shmNamesRefused = 0;  // region names shm refused as left by a killed process with this pid
   std::deque<OfiCompletion> backlog;  // read while progressing for a post; poll returns these first
+  std::unique_ptr<OfiBell> bell;      // this endpoint's doorbell (OfiEndpointOptions::bell), or null
+  std::string bellWhy;                // why it has none, where one was asked for
+  uint64_t heardBefore = 0;           // rings heard, kept once close removed the bell
+  // By AV id: the peer's bell, or null (posts under the lane's lock read and insertPeer writes it).
+  std::vector<std::shared_ptr<OfiPeerBell>> peerBells;
+  std::atomic<uint64_t> rang{0};      // rings this endpoint's posts made
+  size_t outgoing = 0;                // in flight and not receives
   // Operations in flight, oldest first, and the free ones.
   OfiPending* head = nullptr;
   OfiPending* tail = nullptr;

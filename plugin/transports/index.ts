@@ -26,7 +26,7 @@ function devShmFree(): number | undefined {
 export function makeTransport(config: Config, regions: Regions, binding: LaneBinding & OfiBinding, port: () => Port, thread: number): Transport {
   if (config.transport === 'loopback') return new LoopbackTransport(config, regions);
   if (config.transport === 'ofi') {
-    const opened = openOfi(binding, config.ofi!.cudaApi, config.ofi!.dmabuf, config.ofi!.checkSender);
+    const opened = openOfi(binding, config.ofi!.cudaApi, config.ofi!.dmabuf, config.ofi!.checkSender, config.ofi!.bell);
     const rails = chooseRails(config.ofi!, {
       provider: opened.nics[0].provider,
       nics: opened.nics.length,

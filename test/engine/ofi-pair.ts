@@ -8,12 +8,15 @@ import { engine, portOf } from './helpers';
 
 export type OfiTestBinding = OfiBinding & { ioTestStall(thread: number, ms: number, lane?: number): void };
 
-/** links: the link ids of rails A and B, made on the port once the engine runs (default 1 and 2). */
-export function ofiRailPair(provider: string, links: (port: Port) => [number, number] = () => [1, 2]) {
+/**
+ * links: the link ids of rails A and B, made on the port once the engine runs (default 1 and 2).
+ * open: more of ofiOpen's options (bell).
+ */
+export function ofiRailPair(provider: string, links: (port: Port) => [number, number] = () => [1, 2], open: { bell?: boolean } = {}) {
   const ofi = engine(2, 50) as unknown as OfiTestBinding;
   const port = portOf(0);
   const [linkA, linkB] = links(port);
-  ofi.ofiOpen({ provider, hmem: false });
+  ofi.ofiOpen({ provider, hmem: false, ...open });
   const a = ofi.ofiRail(0, 0, linkA);
   const b = ofi.ofiRail(0, 1, linkB);
   const peerB = ofi.ofiInsertPeer(a.lane, b.name);

@@ -53,6 +53,16 @@ describe('ofi config', () => {
     expect(() => read({ TSNET_OFI_CUDA_API: 'sometimes' })).toThrow(/TSNET_OFI_CUDA_API=sometimes: expected 0 or 1/);
   });
 
+  it('TSNET_OFI_BELL: doorbells on by default, off with a line that says so', () => {
+    expect(OFI_DEFAULTS.bell).toBe(true);
+    expect(readOfiConfig({}).lines.join('\n')).not.toMatch(/TSNET_OFI_BELL/);
+    const { config, lines } = readOfiConfig({ TSNET_OFI_BELL: '0' });
+    expect(config.bell).toBe(false);
+    expect(lines.join('\n')).toMatch(/doorbells for endpoints without a wait fd = false \(TSNET_OFI_BELL\)/);
+    expect(read({ TSNET_OFI_BELL: '1' }).bell).toBe(true);
+    expect(() => read({ TSNET_OFI_BELL: 'loud' })).toThrow(/TSNET_OFI_BELL=loud: expected 0 or 1/);
+  });
+
   it('TSNET_OFI_SMALL_RAIL: round-robin by default (aws-ofi-nccl), or one rail per comm', () => {
     expect(OFI_DEFAULTS.smallRail).toBe('rr');
     expect(readOfiConfig({}).lines).toContain("ofi small messages' rails = round-robin (default; one per comm on the rails TSNET_OFI_RAILS=auto adds)");

@@ -26,19 +26,22 @@ describe('CUDA calls inside libfabric', () => {
     } as unknown as OfiBinding;
   });
 
-  it('openOfi asks for GPU memory without CUDA calls unless told otherwise, and for the senders (FI_SOURCE) unless told not to', async () => {
+  it('openOfi asks for GPU memory without CUDA calls unless told otherwise, for the senders (FI_SOURCE) and for doorbells unless told not to', async () => {
     const t = await transport();
     t.openOfi(binding);
-    expect(asked).toEqual([{ hmem: true, cudaApi: false, dmabuf: true, source: true }]);
+    expect(asked).toEqual([{ hmem: true, cudaApi: false, dmabuf: true, source: true, bell: true }]);
     const u = await transport();
     u.openOfi(binding, true);
-    expect(asked[1]).toEqual({ hmem: true, cudaApi: true, dmabuf: true, source: true });
+    expect(asked[1]).toEqual({ hmem: true, cudaApi: true, dmabuf: true, source: true, bell: true });
     const w = await transport();
     w.openOfi(binding, false, false);
-    expect(asked[2]).toEqual({ hmem: true, cudaApi: false, dmabuf: false, source: true });
+    expect(asked[2]).toEqual({ hmem: true, cudaApi: false, dmabuf: false, source: true, bell: true });
     const x = await transport();
     x.openOfi(binding, false, true, false);
-    expect(asked[3]).toEqual({ hmem: true, cudaApi: false, dmabuf: true, source: false });
+    expect(asked[3]).toEqual({ hmem: true, cudaApi: false, dmabuf: true, source: false, bell: true })
+    const y = await transport();
+    y.openOfi(binding, false, true, true, false);
+    expect(asked[4]).toEqual({ hmem: true, cudaApi: false, dmabuf: true, source: true, bell: false });
   });
 
   it('says whether GPU memory is registered, and whether libfabric calls CUDA on tsnet threads', async () => {

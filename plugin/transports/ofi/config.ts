@@ -59,6 +59,13 @@ export interface OfiConfig {
    * provider cannot say, nothing is checked and the INFO line says so.
    */
   checkSender: boolean;
+  /**
+   * TSNET_OFI_BELL: an endpoint without a wait fd (shm) gets a doorbell, which its peers ring
+   * when they post to it while its I/O thread sleeps (native/ofi/ofi_bell.cc), so that the
+   * thread sleeps until then instead of polling on a timer (1 ms; 50 us in the first ms after
+   * work) while only receives are posted on it.
+   */
+  bell: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -84,6 +91,7 @@ export const OFI_DEFAULTS: OfiConfig = {
   cudaApi: false,
   dmabuf: true,
   checkSender: true,
+  bell: true,
 };
 
 function int(env: Env, name: string, min: number, max: number): number | undefined {
@@ -175,6 +183,10 @@ export function readOfiConfig(env: Env = process.env): { config: OfiConfig; line
   const checkSender = sender ?? d.checkSender;
   if (!checkSender) note('senders checked (FI_SOURCE)', false, 'TSNET_OFI_CHECK_SENDER', true);
 
+  const bl = bool(env, 'TSNET_OFI_BELL');
+  const bell = bl ?? d.bell;
+  if (!bell) note('doorbells for endpoints without a wait fd', false, 'TSNET_OFI_BELL', true);
+
   const smallRailSet = sr !== undefined;
-  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, smallRailSet, forceRails, rails, bouncePosted, flush, gpuIpc, cudaApi, dmabuf, checkSender }, lines };
+  return { config: { eagerMax, minStripe, smallRrMax, rrCtrl, smallRail, smallRailSet, forceRails, rails, bouncePosted, flush, gpuIpc, cudaApi, dmabuf, checkSender, bell }, lines };
 }

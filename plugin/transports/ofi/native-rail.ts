@@ -62,7 +62,7 @@ export interface OfiNicInfo {
 
 /** The engine's libfabric functions (native/engine/engine_ofi.cc). */
 export interface OfiBinding extends EngineBinding {
-  ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean; dmabuf?: boolean; source?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
+  ofiOpen(opts: { provider?: string; hmem: boolean; cudaApi?: boolean; dmabuf?: boolean; source?: boolean; bell?: boolean }): { version: string; progress: string; nics: OfiNicInfo[] };
   /** skipped: region names shm refused as in use by this pid (left by a killed process with the same pid), passed by. */
   /**
    * group: the rails of one endpoint share their I/O threads' busy-poll window; 0 or absent

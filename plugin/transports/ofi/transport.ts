@@ -453,10 +453,11 @@ let OPENED: OfiOpened | undefined;
  * Opens libfabric (once per process) for the transport; the answer names the NICs. cudaApi:
  * GPU memory even through a provider that calls CUDA inside libfabric (TSNET_OFI_CUDA_API).
  * source: ask for FI_SOURCE (TSNET_OFI_CHECK_SENDER).
+ * bell: endpoints without a wait fd get doorbells (TSNET_OFI_BELL).
  */
-export function openOfi(binding: OfiBinding, cudaApi = false, dmabuf = true, source = true): OfiOpened {
+export function openOfi(binding: OfiBinding, cudaApi = false, dmabuf = true, source = true, bell = true): OfiOpened {
   try {
-    OPENED ??= binding.ofiOpen({ hmem: true, cudaApi, dmabuf, source });
+    OPENED ??= binding.ofiOpen({ hmem: true, cudaApi, dmabuf, source, bell });
     return OPENED;
   } catch (e) {
     const err = e as Error & { result?: number };

@@ -18,7 +18,7 @@
 import { invalidArgument } from '../../errors';
 import { MAX_RAILS } from './config';
 
-export const PROTOCOL_VERSION = 5;
+export const PROTOCOL_VERSION = 6;
 export const NAME_BYTES = 64;
 
 // ---- immediate data ----------------------------------------------------------------------

@@ -1,0 +1,76 @@
+// Doorbells (ofi-bell.test.ts runs this in a child): rail B's I/O thread sleeps with only a
+// receive posted, armed, after a gap of 60 ms; rail A sends to it, in turn through its I/O
+// thread (a send with a completion) and as an inject from this thread. Each send after a gap
+// must ring B's bell once, and B must hear each ring. A bell left by a process that is gone
+// (its owner a pid that cannot exist) is swept away when this process makes its first.
+// argv: provider, bell (1 or 0). Prints {"bell": [A's, B's], "rang", "heard", "got":
+// [statuses], "files": [this process's bell pages while open, after B's close], "stale": the
+// left bell still there} and exits 0.
+import * as fs from 'fs';
+import { SubKind } from '../../plugin/engine/records';
+import { forgetShm, ofiRailPair } from './ofi-pair';
+
+const provider = process.argv[2] || 'shm';
+const bell = process.argv[3] !== '0';
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+type LaneState = { bell?: boolean; bellRang?: number; bellHeard?: number };
+
+/** This process's bell pages in /dev/shm (the owner's pid is the page's third word). */
+function bellFiles(): string[] {
+  return fs.readdirSync('/dev/shm').filter((f) => {
+    if (!f.startsWith('tsnet-bell-') || f.endsWith('.s')) return false;
+    try {
+      const b = fs.readFileSync(`/dev/shm/${f}`);
+      return b.length >= 12 && b.readInt32LE(8) === process.pid;
+    } catch {
+      return false;
+    }
+  });
+}
+
+async function main(): Promise<void> {
+  const stale = '/dev/shm/tsnet-bell-00000000deadbee5';
+  const page = Buffer.alloc(4096);
+  page.writeUInt32LE(0x6c6c6562, 0);
+  page.writeUInt32LE(1, 4);
+  page.writeInt32LE(0x7fffffff, 8); // above any pid_max
+  fs.writeFileSync(stale, page);
+  fs.writeFileSync(`${stale}.s`, '');
+  const status = new Map<number, number>();
+  const handler = { onOp: (op: number, st: number) => void status.set(op, st), onRx: () => {} };
+  const { ofi, port, a, b, linkA, linkB, peerB, ma, mb } = ofiRailPair(
+    provider,
+    (p) => [p.addLink({ onOp: () => {}, onRx: () => {} }), p.addLink(handler)],
+    { bell },
+  );
+  const state = (lane: number) => (ofi as unknown as { ioLaneState(lane: number): LaneState }).ioLaneState(lane);
+  new Uint8Array(ma.buffer, 0, 64).fill(0xbb);
+  const got: number[] = [];
+  for (let round = 0; round < 4; round++) {
+    const recv = 100 + round;
+    port.submitOfi(b.thread, b.lane, linkB, recv, SubKind.OFI_RECV, mb.addr, 64, mb.mr, 0, 0, 0, 0, -1);
+    port.flush();
+    await sleep(60); // B's thread has slept since, its bell armed
+    if (round % 2 === 0) port.submitOfi(a.thread, a.lane, linkA, 200 + round, SubKind.OFI_SEND, ma.addr, 64, ma.mr, peerB, 0, 0, 0, -1);
+    else port.submitOfiNow(a.thread, a.lane, linkA, 200 + round, SubKind.OFI_SEND, ma.addr, 64, ma.mr, peerB, 0, 0, 0, -1);
+    port.flush();
+    for (let i = 0; i < 500 && !status.has(recv); i++) await sleep(2), port.poll();
+    got.push(status.get(recv) ?? -1);
+  }
+  const sa = state(a.lane);
+  const sb = state(b.lane);
+  const open = bellFiles().length;
+  ofi.ioClose(b.lane, false);
+  await sleep(100);
+  const left = fs.existsSync(stale) || fs.existsSync(`${stale}.s`);
+  fs.rmSync(stale, { force: true });
+  fs.rmSync(`${stale}.s`, { force: true });
+  console.log(JSON.stringify({ bell: [sa.bell, sb.bell], rang: sa.bellRang, heard: sb.bellHeard, got, files: [open, bellFiles().length], stale: left }));
+  forgetShm();
+  process.exit(0);
+}
+
+main().catch((err) => {
+  console.error(`ofi bell: ${(err as Error).stack}`);
+  process.exit(1);
+});
