@@ -3,6 +3,7 @@
 //   tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]
 //               [--streams N] [--inflight K] [--version V] [--lib PATH] [--dev D]
 //               [--timeout S] [--spin] [--verbose] [--mem host|cuda] [--curve N] [--rounds R]
+//               [--gap-us US]
 //
 // Every mode runs two processes, A and B, forked by a coordinator that never loads the plugin
 // (a process whose plugin has started its Node thread cannot fork a child that uses it). A and
@@ -31,6 +32,10 @@
 // 101-300, 301-1000, 1001-2000, 2001-5000, then by 5000 up to N: how long the plugin takes to
 // reach its steady latency (V8 compiling the hot path, first-touch costs). The other figures
 // then cover all N.
+//
+// --gap-us US (tsnet-lat, tcp-lat): A sleeps US µs before each round trip but the first, so
+// that every ping finds the peer's threads idle, as a training job's collective after its
+// compute does: the latency after an idle gap. The sleeps are not in the figures.
 //
 // --rounds R (tsnet-lat only, 1 .. 20): the comms are closed and new ones opened R - 1 more
 // times in the same two processes, each round measured like the first, and the line adds
@@ -86,6 +91,7 @@ typedef struct Opts {
   double timeout;   // seconds any one wait may take
   int spin;         // poll test() without giving the CPU away
   int idle_us;      // when a poll finds nothing: sleep this long (0: sched_yield)
+  int gap_us;       // *-lat: A sleeps this long between round trips (latency after an idle gap)
   int verbose;      // plugin INFO lines on stderr
   int cuda;         // --mem cuda: tsnet-bw buffers in GPU memory, registered as NCCL_PTR_CUDA
   long curve;       // --curve N: tsnet-lat measures round trips 1..N, no warm-up, and reports their curve
@@ -518,6 +524,14 @@ static void pl_flush(Plug* t, void* comm, void* data, void* mh) {
 
 // ---------------------------------------------------------------- tsnet: latency
 
+// --gap-us: A waits between round trips, so that each ping finds the peer's threads idle (a
+// training job's collective after its compute). The wait is not in the figures.
+static void gap(void) {
+  struct timespec ts = {.tv_sec = g_o.gap_us / 1000000, .tv_nsec = (long)(g_o.gap_us % 1000000) * 1000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 // A: ping, wait for the pong; the last ping carries 1 in its first byte. With --rounds R the
 // comms are closed and opened again R - 1 times in the same process, each round measured
 // from its first message; the figures but rounds_us are the first round's.
@@ -541,6 +555,7 @@ static void tsnet_lat_a(Chan ch) {
     n = 0;
     void* rreq = pl_post(&t, 0, rbuf, mrs[1]);
     while (!last) {
+      if (g_o.gap_us && (n || warm)) gap();
       double t0 = now_s();
       if (!measuring && (g_o.curve || (t0 - start >= g_o.warmup && warm >= 3))) measuring = 1, mstart = t0;
       if (!measuring) warm++;
@@ -824,6 +839,7 @@ static void tcp_lat_a(Chan ch) {
   long warm = 0;
   int measuring = 0, last = 0;
   while (!last) {
+    if (g_o.gap_us && (n || warm)) gap();
     double t0 = now_s();
     if (!measuring && t0 - start >= g_o.warmup && warm >= 3) measuring = 1, mstart = t0;
     if (!measuring) warm++;
@@ -976,7 +992,7 @@ static void usage(void) {
           "usage: tsnet-bench tsnet-lat|tsnet-bw|tcp-lat|tcp-bw --size BYTES [--duration S] [--warmup S]\n"
           "                   [--streams N] [--inflight K] [--pairs P] [--version 6..12] [--lib PATH] [--dev D]\n"
           "                   [--timeout S] [--spin | --idle-us US] [--verbose] [--mem host|cuda] [--curve N]\n"
-          "                   [--rounds R]\n");
+          "                   [--rounds R] [--gap-us US]\n");
   exit(2);
 }
 
@@ -1020,11 +1036,14 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--dev")) g_o.dev = atoi(v), i++;
     else if (!strcmp(a, "--timeout")) g_o.timeout = atof(v), i++;
     else if (!strcmp(a, "--idle-us")) g_o.idle_us = atoi(v), i++;
+    else if (!strcmp(a, "--gap-us")) g_o.gap_us = atoi(v), i++;
     else if (!strcmp(a, "--curve")) g_o.curve = atol(v), have_curve = 1, i++;
     else if (!strcmp(a, "--rounds")) g_o.rounds = atoi(v), i++;
     else if (!strcmp(a, "--mem") && (!strcmp(v, "host") || !strcmp(v, "cuda"))) g_o.cuda = !strcmp(v, "cuda"), i++;
     else usage();
   }
+  if (g_o.gap_us < 0 || g_o.gap_us > 10000000) die("--gap-us must be 0 .. 10000000");
+  if (g_o.gap_us && g_o.mode != M_TSNET_LAT && g_o.mode != M_TCP_LAT) die("--gap-us is for tsnet-lat and tcp-lat");
   if (!have_size || g_o.size < 1 || g_o.size > ((size_t)1 << 30)) die("--size must be 1 .. 2^30 bytes");
   if (g_o.streams < 1 || g_o.streams > MAX_STREAMS) die("--streams must be 1 .. %d", MAX_STREAMS);
   if (g_o.inflight < 1 || g_o.inflight > MAX_INFLIGHT) die("--inflight must be 1 .. %d", MAX_INFLIGHT);
