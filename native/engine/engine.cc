@@ -793,7 +793,7 @@ void threadMain(IoThread* t) {
               t->bellsArmed = true;
               timeout = 0;
             } else {
-              timeout = kBellFallbackMs;
+              timeout = lingerMs >= 0 && lingerMs < kBellFallbackMs ? lingerMs : kBellFallbackMs;
             }
           } else {
             shortWait = t->ofiNoWait && pollIdleNs(t, now, lastWork) < kNoWaitRecentNs;

@@ -11,8 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -40,16 +41,19 @@ std::string stem(const std::string& name) {
 std::string sockPathOf(const std::string& st) { return "/dev/shm/" + st + ".s"; }
 
 // The bells of this process, unlinked at exit (or dlclose) if their endpoints never closed:
-// NCCL jobs often exit without finalizing. A process killed leaves them to sweep().
+// NCCL jobs often exit without finalizing. A process killed leaves them to sweep(). Only by
+// the process that made them: a child forked from it (a data loader's worker) runs the same
+// destructors when it exits, and must leave its parent's bells in place.
 std::mutex g_liveMu;
-std::vector<std::string>& live() {
-  static auto* v = new std::vector<std::string>();  // never destroyed: Cleaner reads it last
+std::vector<std::pair<std::string, pid_t>>& live() {
+  static auto* v = new std::vector<std::pair<std::string, pid_t>>();  // never destroyed: Cleaner reads it last
   return *v;
 }
 struct Cleaner {
   ~Cleaner() {
     std::lock_guard<std::mutex> g(g_liveMu);
-    for (const std::string& st : live()) {
+    for (const auto& [st, owner] : live()) {
+      if (owner != getpid()) continue;
       shm_unlink(("/" + st).c_str());
       unlink(sockPathOf(st).c_str());
     }
@@ -59,9 +63,9 @@ struct Cleaner {
 
 void track(const std::string& st, bool add) {
   std::lock_guard<std::mutex> g(g_liveMu);
-  std::vector<std::string>& v = live();
-  if (add) v.push_back(st);
-  else v.erase(std::remove(v.begin(), v.end(), st), v.end());
+  auto& v = live();
+  if (add) v.emplace_back(st, getpid());
+  else v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& e) { return e.first == st; }), v.end());
 }
 
 // One unbound socket per process sends every ring.
@@ -73,6 +77,35 @@ int senderFd() {
 OfiBellPage* mapPage(int fd) {
   void* p = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : static_cast<OfiBellPage*>(p);
+}
+
+// When process pid started, in clock ticks since boot (/proc/<pid>/stat, field 22); 0 when
+// unknown. With the pid it names one process, not any that later got the same pid.
+uint64_t startTime(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char* p = strrchr(buf, ')');  // the command may hold spaces and parentheses
+  if (!p) return 0;
+  p++;
+  for (int field = 2; field < 21 && *p; field++) {  // field 2 ends at ')'; starttime is field 22
+    while (*p == ' ') p++;
+    while (*p && *p != ' ') p++;
+  }
+  return strtoull(p, nullptr, 10);
+}
+
+// Whether a bell's owner is gone: its pid is free, or given to a process started later.
+bool ownerGone(int32_t owner, uint64_t start) {
+  if (owner <= 0) return true;
+  if (kill(owner, 0) != 0 && errno == ESRCH) return true;
+  uint64_t now = startTime(owner);
+  return start && now && now != start;
 }
 
 // Bells of processes that are gone (killed before their endpoints closed): removed once per
@@ -88,9 +121,11 @@ void sweep() {
       int fd = shm_open(("/" + n).c_str(), O_RDONLY | O_CLOEXEC, 0);
       if (fd < 0) continue;
       int32_t owner = 0;
+      uint64_t start = 0;
       ssize_t r = pread(fd, &owner, sizeof owner, offsetof(OfiBellPage, owner));
+      if (pread(fd, &start, sizeof start, offsetof(OfiBellPage, ownerStart)) != sizeof start) start = 0;
       close(fd);
-      if (r != sizeof owner || owner <= 0 || (kill(owner, 0) != 0 && errno == ESRCH)) {
+      if (r != sizeof owner || ownerGone(owner, start)) {
         shm_unlink(("/" + n).c_str());
         unlink(sockPathOf(n).c_str());
       }
@@ -104,6 +139,7 @@ void sweep() {
 std::unique_ptr<OfiBell> OfiBell::create(const std::string& endpointName, std::string* why) {
   sweep();
   auto b = std::make_unique<OfiBell>();
+  b->owner = getpid();
   std::string st = stem(endpointName);
   b->shmName = "/" + st;
   b->sockPath = sockPathOf(st);
@@ -137,6 +173,7 @@ std::unique_ptr<OfiBell> OfiBell::create(const std::string& endpointName, std::s
   close(fd);
   b->page->version = kBellVersion;
   b->page->owner = static_cast<int32_t>(getpid());
+  b->page->ownerStart = startTime(getpid());
   b->page->asleep.store(0, std::memory_order_relaxed);
   b->page->magic.store(kBellMagic, std::memory_order_release);
   track(st, true);
@@ -144,11 +181,12 @@ std::unique_ptr<OfiBell> OfiBell::create(const std::string& endpointName, std::s
 }
 
 OfiBell::~OfiBell() {
+  bool mine = owner == getpid();  // not in a forked child: the files are its parent's
   if (page) track(shmName.substr(1), false);
   if (page) munmap(page, kPageBytes);
-  if (!shmName.empty()) shm_unlink(shmName.c_str());
+  if (mine && !shmName.empty()) shm_unlink(shmName.c_str());
   if (fd >= 0) close(fd);
-  if (!sockPath.empty()) unlink(sockPath.c_str());
+  if (mine && !sockPath.empty()) unlink(sockPath.c_str());
 }
 
 std::shared_ptr<OfiPeerBell> OfiPeerBell::open(const std::string& endpointName) {

@@ -69,6 +69,8 @@ struct OfiBellPage {
   int32_t owner;                  // the pid that made it: a bell of a dead process is swept away
   uint32_t pad;
   std::atomic<uint32_t> asleep;   // 1: armed; a poster that swaps it to 0 rings
+  uint32_t pad2;
+  uint64_t ownerStart;            // the owner's start time (/proc/<pid>/stat): tells a reused pid
 };
 
 // An endpoint's own bell.
@@ -77,6 +79,7 @@ struct OfiBell {
   OfiBellPage* page = nullptr;
   std::string shmName;   // for shm_open / shm_unlink
   std::string sockPath;
+  pid_t owner = 0;       // the process that made it: only it removes the files
   std::atomic<uint64_t> heard{0};
   // nullptr with *why where it cannot be made (the endpoint then sleeps on the timer).
   static std::unique_ptr<OfiBell> create(const std::string& endpointName, std::string* why);

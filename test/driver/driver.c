@@ -1799,6 +1799,31 @@ static void first_region(const char* path, void* arg) {
   if (!first[0]) snprintf(first, 256, "%s", path + strlen("/dev/shm/"));
 }
 
+// This process's doorbells (native/ofi/ofi_bell.cc): pages /dev/shm/tsnet-bell-<hash> whose
+// third word is their owner's pid, each with its socket <page>.s beside it.
+static int bells_of(pid_t pid) {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return 0;
+  int n = 0;
+  struct dirent* e;
+  while ((e = readdir(d))) {
+    const char* nm = e->d_name;
+    size_t len = strlen(nm);
+    if (strncmp(nm, "tsnet-bell-", 11) || (len > 2 && !strcmp(nm + len - 2, ".s"))) continue;
+    char path[300], sock[310];
+    snprintf(path, sizeof path, "/dev/shm/%s", nm);
+    snprintf(sock, sizeof sock, "%s.s", path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    int32_t owner = 0;
+    ssize_t r = pread(fd, &owner, sizeof owner, 8);
+    close(fd);
+    if (r == (ssize_t)sizeof owner && owner == (int32_t)pid && access(sock, F_OK) == 0) n++;
+  }
+  closedir(d);
+  return n;
+}
+
 static void check_no_shm_regions(void) {
   const char* p = getenv("FI_PROVIDER");
   if (!is_ofi() || !p || strcmp(p, "shm")) return;
@@ -1806,6 +1831,8 @@ static void check_no_shm_regions(void) {
   shim_shm_regions((int)getpid(), 0, first_region, left);
   check(!left[0], "after finalize no libfabric shm region of this process is left in /dev/shm%s%s", left[0] ? ": " : "",
         left);
+  int bells = bells_of(getpid());
+  check(bells == 0, "after finalize no doorbell of this process is left in /dev/shm (%d)", bells);
 }
 
 // One role in this process: it loads the library itself.
@@ -2582,6 +2609,7 @@ static void sc_fork(int version) {
     goto close;
   char region[256] = "";
   shim_shm_regions((int)getpid(), 0, first_region, region);
+  int bells = bells_of(getpid());
   // A receive in flight across the fork.
   void* rreq = NULL;
   {
@@ -2627,6 +2655,8 @@ static void sc_fork(int version) {
     snprintf(path, sizeof path, "/dev/shm/%s", region);
     check(access(path, F_OK) == 0, "the libfabric shm region %s is still in /dev/shm after the child's exit", region);
   }
+  // The child ran the library's destructors at its exit(): the bells are the parent's still.
+  if (bells) check(bells_of(getpid()) == bells, "the %d doorbell(s) of this process are still in /dev/shm after the child's exit", bells);
   {
     void *lc2, *sc2, *rc2, *smh2 = NULL, *rmh2 = NULL;
     if (pair_open(&n, ctx, &lc2, &sc2, &rc2) == 0) {

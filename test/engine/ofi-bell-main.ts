@@ -1,10 +1,11 @@
 // Doorbells (ofi-bell.test.ts runs this in a child): rail B's I/O thread sleeps with only a
 // receive posted, armed, after a gap of 60 ms; rail A sends to it, in turn through its I/O
 // thread (a send with a completion) and as an inject from this thread. Each send after a gap
-// must ring B's bell once, and B must hear each ring. A bell left by a process that is gone
-// (its owner a pid that cannot exist) is swept away when this process makes its first.
+// must ring B's bell once, and B must hear each ring. Bells left by processes that are gone
+// (one's owner a pid that cannot exist, the other's this pid with another start time) are
+// swept away when this process makes its first.
 // argv: provider, bell (1 or 0). Prints {"bell": [A's, B's], "rang", "heard", "got":
-// [statuses], "files": [this process's bell pages while open, after B's close], "stale": the
+// [statuses], "files": [this process's bell pages while open, after B's close], "stale": a
 // left bell still there} and exits 0.
 import * as fs from 'fs';
 import { SubKind } from '../../plugin/engine/records';
@@ -15,10 +16,10 @@ const bell = process.argv[3] !== '0';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 type LaneState = { bell?: boolean; bellRang?: number; bellHeard?: number };
 
-/** This process's bell pages in /dev/shm (the owner's pid is the page's third word). */
+/** This process's bell pages in /dev/shm (the owner's pid is the page's third word), the stale ones made below aside. */
 function bellFiles(): string[] {
   return fs.readdirSync('/dev/shm').filter((f) => {
-    if (!f.startsWith('tsnet-bell-') || f.endsWith('.s')) return false;
+    if (!f.startsWith('tsnet-bell-') || f.endsWith('.s') || f.startsWith('tsnet-bell-00000000deadbee')) return false;
     try {
       const b = fs.readFileSync(`/dev/shm/${f}`);
       return b.length >= 12 && b.readInt32LE(8) === process.pid;
@@ -29,13 +30,18 @@ function bellFiles(): string[] {
 }
 
 async function main(): Promise<void> {
-  const stale = '/dev/shm/tsnet-bell-00000000deadbee5';
-  const page = Buffer.alloc(4096);
-  page.writeUInt32LE(0x6c6c6562, 0);
-  page.writeUInt32LE(1, 4);
-  page.writeInt32LE(0x7fffffff, 8); // above any pid_max
-  fs.writeFileSync(stale, page);
-  fs.writeFileSync(`${stale}.s`, '');
+  // Left by a process that is gone, and by an earlier process with this very pid (its start
+  // time is not this process's).
+  const stales = ['/dev/shm/tsnet-bell-00000000deadbee5', '/dev/shm/tsnet-bell-00000000deadbee6'];
+  stales.forEach((f, i) => {
+    const page = Buffer.alloc(4096);
+    page.writeUInt32LE(0x6c6c6562, 0);
+    page.writeUInt32LE(1, 4);
+    page.writeInt32LE(i === 0 ? 0x7fffffff : process.pid, 8); // above any pid_max; this pid
+    page.writeBigUInt64LE(1n, 24); // started 1 tick after boot
+    fs.writeFileSync(f, page);
+    fs.writeFileSync(`${f}.s`, '');
+  });
   const status = new Map<number, number>();
   const handler = { onOp: (op: number, st: number) => void status.set(op, st), onRx: () => {} };
   const { ofi, port, a, b, linkA, linkB, peerB, ma, mb } = ofiRailPair(
@@ -62,9 +68,8 @@ async function main(): Promise<void> {
   const open = bellFiles().length;
   ofi.ioClose(b.lane, false);
   await sleep(100);
-  const left = fs.existsSync(stale) || fs.existsSync(`${stale}.s`);
-  fs.rmSync(stale, { force: true });
-  fs.rmSync(`${stale}.s`, { force: true });
+  const left = stales.some((f) => fs.existsSync(f) || fs.existsSync(`${f}.s`));
+  for (const f of stales) for (const g of [f, `${f}.s`]) fs.rmSync(g, { force: true });
   console.log(JSON.stringify({ bell: [sa.bell, sb.bell], rang: sa.bellRang, heard: sb.bellHeard, got, files: [open, bellFiles().length], stale: left }));
   forgetShm();
   process.exit(0);

@@ -1,8 +1,9 @@
 // Doorbells for endpoints without a wait fd (native/ofi/ofi_bell.cc), through the real engine
 // in a child (ofi-bell-main.ts): over shm each send that comes after a gap, through the I/O
 // thread or as an inject from the protocol thread, rings the sleeping receiver's bell once and
-// the receiver hears it; its bell's page goes with its endpoint, and a bell left by a process
-// that is gone is swept away. With TSNET_OFI_BELL's option
+// the receiver hears it; its bell's page goes with its endpoint, and bells left by processes
+// that are gone (a pid now free, or this pid given to a process started before this one) are
+// swept away. With TSNET_OFI_BELL's option
 // off, or over tcp (which has a wait fd), there is no bell and the messages still arrive.
 import * as path from 'path';
 import { describe, expect, it } from 'vitest';
