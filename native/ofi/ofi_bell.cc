@@ -29,7 +29,7 @@ constexpr size_t kPageBytes = 4096;
 constexpr char kPrefix[] = "tsnet-bell-";
 
 // "tsnet-bell-<16 hex digits>": FNV-1a of the address. Two live endpoints whose addresses hash
-// alike would share a name; the second finds it taken and sleeps on the timer instead.
+// alike would share a name; the second finds it taken (OfiBell::create) and sleeps on the timer.
 std::string stem(const std::string& name) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
@@ -108,6 +108,18 @@ bool ownerGone(int32_t owner, uint64_t start) {
   return start && now && now != start;
 }
 
+// The owner a bell's page names (pid and start time); false when there is no such page.
+bool readOwner(const std::string& st, int32_t* owner, uint64_t* start) {
+  int fd = shm_open(("/" + st).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  *owner = 0;
+  *start = 0;
+  if (pread(fd, owner, sizeof *owner, offsetof(OfiBellPage, owner)) != sizeof *owner) *owner = 0;
+  if (pread(fd, start, sizeof *start, offsetof(OfiBellPage, ownerStart)) != sizeof *start) *start = 0;
+  close(fd);
+  return true;
+}
+
 // Bells of processes that are gone (killed before their endpoints closed): removed once per
 // process, before its first bell.
 void sweep() {
@@ -118,14 +130,9 @@ void sweep() {
     while (dirent* e = readdir(d)) {
       std::string n = e->d_name;
       if (n.rfind(kPrefix, 0) != 0 || n.size() < 2 || n.compare(n.size() - 2, 2, ".s") == 0) continue;
-      int fd = shm_open(("/" + n).c_str(), O_RDONLY | O_CLOEXEC, 0);
-      if (fd < 0) continue;
-      int32_t owner = 0;
-      uint64_t start = 0;
-      ssize_t r = pread(fd, &owner, sizeof owner, offsetof(OfiBellPage, owner));
-      if (pread(fd, &start, sizeof start, offsetof(OfiBellPage, ownerStart)) != sizeof start) start = 0;
-      close(fd);
-      if (r != sizeof owner || ownerGone(owner, start)) {
+      int32_t owner;
+      uint64_t start;
+      if (readOwner(n, &owner, &start) && ownerGone(owner, start)) {
         shm_unlink(("/" + n).c_str());
         unlink(sockPathOf(n).c_str());
       }
@@ -147,8 +154,18 @@ std::unique_ptr<OfiBell> OfiBell::create(const std::string& endpointName, std::s
     *why = std::string(what) + " " + b->sockPath.substr(0, b->sockPath.size() - 2) + ": " + strerror(errno);
     return nullptr;
   };
-  // A bell of this name left by a killed process: the address is this endpoint's now (shm
-  // refuses an address that a live endpoint holds), so what is there is stale.
+  // A bell of this name whose owner lives is another endpoint's (the same hash): left to it.
+  // One whose owner is gone is stale (sweep() ran once, before this process's first bell; the
+  // owner may have died since), and is replaced.
+  int32_t owner;
+  uint64_t start;
+  if (readOwner(st, &owner, &start) && !ownerGone(owner, start)) {
+    std::string taken = b->sockPath.substr(0, b->sockPath.size() - 2);
+    b->shmName.clear();  // not ours: not removed at close
+    b->sockPath.clear();
+    *why = taken + " is in use by process " + std::to_string(owner);
+    return nullptr;
+  }
   b->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (b->fd < 0) return fail("socket");
   sockaddr_un a{};
