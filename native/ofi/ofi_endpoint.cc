@@ -259,7 +259,7 @@ int post(OfiEndpoint::Impl* m, const char* what, OfiOp op, uint64_t ctx, size_t 
   }
   if (r == 0) {
     link(m, p);
-    if (op != OfiOp::kRecv) ringPeer(m, peer);
+    ringPeer(m, peer);  // a receive's peer is FI_ADDR_UNSPEC: no bell
     return 0;
   }
   give(m, p);
@@ -466,7 +466,7 @@ void OfiEndpoint::bellDrain() {
 }
 size_t OfiEndpoint::outgoing() const { return impl_->outgoing; }
 uint64_t OfiEndpoint::bellRang() const { return impl_->rang.load(std::memory_order_relaxed); }
-uint64_t OfiEndpoint::bellHeard() const { return impl_->bell ? impl_->bell->heard.load(std::memory_order_relaxed) : impl_->heardBefore; }
+uint64_t OfiEndpoint::bellHeard() const { return impl_->bell ? impl_->bell->heard.load(std::memory_order_relaxed) : 0; }
 
 bool OfiEndpoint::insertPeer(const void* name, size_t len, uint64_t* peer, OfiError* err) {
   Impl* m = impl_.get();
@@ -658,7 +658,6 @@ std::vector<uint64_t> OfiEndpoint::close() {
   m->outgoing = 0;
   m->chunks.clear();
   m->waitFd = -1;
-  if (m->bell) m->heardBefore = m->bell->heard.load();
   m->bell.reset();  // its files go: a peer's ring finds no one
   m->peerBells.clear();
   return unfinished;

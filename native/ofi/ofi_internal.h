@@ -238,7 +238,6 @@ struct OfiEndpoint::Impl {
   std::deque<OfiCompletion> backlog;  // read while progressing for a post; poll returns these first
   std::unique_ptr<OfiBell> bell;      // this endpoint's doorbell (OfiEndpointOptions::bell), or null
   std::string bellWhy;                // why it has none, where one was asked for
-  uint64_t heardBefore = 0;           // rings heard, kept once close removed the bell
   // By AV id: the peer's bell, or null (posts under the lane's lock read and insertPeer writes it).
   std::vector<std::shared_ptr<OfiPeerBell>> peerBells;
   std::atomic<uint64_t> rang{0};      // rings this endpoint's posts made
