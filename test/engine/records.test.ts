@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import {
   CQE, CQE_NO_SRC, CQE_REMOTE, CQE_RX, CqeFlag, POST, RING, RX, SLOT, STATUS_EOF, STATUS_OK, SUB, SUB_F_IMM, SUB_F_NOCQE, SlotState, SubKind,
 } from '../../plugin/engine/records';
-import { ROOT, compile, run } from '../layout/cc';
+import { ROOT, compileRun } from '../layout/cc';
 
 type Fields = Record<string, [offset: number, size: number]>;
 interface Layout {
@@ -20,8 +20,7 @@ const HEADER = path.join(ROOT, 'native/engine/records.h');
 let c: Layout;
 
 beforeAll(() => {
-  const bin = compile('records', ['test/engine/records.c'], ['-I', path.join(ROOT, 'native/engine')]);
-  const r = run(bin);
+  const r = compileRun('records', ['test/engine/records.c'], ['-I', path.join(ROOT, 'native/engine')]);
   expect(r.status, r.stderr).toBe(0);
   c = JSON.parse(r.stdout) as Layout;
 });

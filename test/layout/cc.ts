@@ -16,6 +16,16 @@ export function compile(name: string, sources: string[], flags: string[] = [], c
   return out;
 }
 
+/** Compiles as compile() does, runs the binary once and removes it with its temp dir. */
+export function compileRun(name: string, sources: string[], flags: string[] = [], cxx = false): ReturnType<typeof run> {
+  const bin = compile(name, sources, flags, cxx);
+  try {
+    return run(bin);
+  } finally {
+    fs.rmSync(path.dirname(bin), { recursive: true, force: true });
+  }
+}
+
 /** Runs a binary; returns its exit status and output. */
 export function run(binary: string): { status: number; stdout: string; stderr: string } {
   try {

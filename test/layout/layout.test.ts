@@ -4,7 +4,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { layouts, propsFields } from '../../plugin/abi/layout.generated';
-import { compile, ROOT, run } from './cc';
+import { compileRun, ROOT } from './cc';
 import { parseDoc } from './doc';
 import { EXPECTED, VERSIONS } from './expected';
 
@@ -14,7 +14,7 @@ const DOC = path.resolve(ROOT, '../shared/docs/ncclnet-abi.md');
 let c: CLayout;
 
 beforeAll(() => {
-  const r = run(compile('layout', ['test/layout/layout.c'], ['-I', path.join(ROOT, 'test/layout')]));
+  const r = compileRun('layout', ['test/layout/layout.c'], ['-I', path.join(ROOT, 'test/layout')]);
   expect(r.status, r.stderr).toBe(0);
   c = JSON.parse(r.stdout) as CLayout;
 });
@@ -84,7 +84,7 @@ describe('C layout vs. plugin/abi/layout.generated.ts', () => {
 
 describe('the header', () => {
   it('compiles as C++ too', () => {
-    const r = run(compile('cxx', ['test/layout/cxx_include.cc'], [], true));
+    const r = compileRun('cxx', ['test/layout/cxx_include.cc'], [], true);
     expect(r.status).toBe(0);
   });
 });

@@ -3,7 +3,7 @@
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { type Ran, recordCrash } from '../support/spawn';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tsnet-crash-'));
@@ -12,6 +12,7 @@ const ran = (o: Partial<Ran>): Ran => ({ status: 0, signal: null, stdout: '', st
 const read = () => (fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : '');
 
 afterEach(() => fs.rmSync(file, { force: true }));
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
 describe('recordCrash', () => {
   it('keeps the driver\'s report of a role that faulted: the parent\'s line and the native stack', () => {
