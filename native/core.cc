@@ -500,7 +500,13 @@ tsn_result_t tsn_close_listen(void* listenComm) {
 }
 
 tsn_result_t tsn_finalize(void* ctx) {
-  Ctx* c = ctx ? handleOf<Ctx>(ctx, kMagicCtx) : nullptr;
+  // NCCL calls finalize with the context its init left, NULL when init failed (ncclNetPluginInit's
+  // failure path, NCCL 2.28): there is nothing to finalize, and the init's WARN said why.
+  if (!ctx) {
+    log(kLogInfo, "finalize: no context (an init that failed leaves none); nothing to do");
+    return TSN_SUCCESS;
+  }
+  Ctx* c = handleOf<Ctx>(ctx, kMagicCtx);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "finalize: %p is not a context from init", ctx);
   // Every protocol thread closes what it still runs for this context.
   tsn_result_t rc = TSN_SUCCESS;

@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,10 +92,14 @@ __attribute__((format(printf, 1, 2))) static void note(const char* fmt, ...) {
   printf("# %s: %s\n", g_prefix, msg);
 }
 
+// WARN lines the plugin logged in this process (any thread).
+static atomic_int g_warn_count;
+
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
   (void)flags;
   (void)file;
   (void)line;
+  if (level == TSN_LOG_WARN) atomic_fetch_add(&g_warn_count, 1);
   if (!g_verbose && level != TSN_LOG_WARN && level != TSN_LOG_ABORT) return;
   char msg[1024];
   va_list ap;
@@ -2842,7 +2847,14 @@ static void sc_stale(int version) {
     check(x != 0 && y != 0 && z != 0, "its closes fail (rc %d, %d, %d)", x, y, z);
     check(now_s() - t0 < 2.0, "each returned at once (%.3f s)", now_s() - t0);
   }
-  // 4. A finalized context, then a new one: finalize of the old one is refused, the new one works.
+  // 4. finalize(NULL), as NCCL calls it after an init that failed: nothing to do, no WARN.
+  {
+    int warns = atomic_load(&g_warn_count);
+    r = shim_finalize(&n, NULL);
+    check(r == TSN_SUCCESS && atomic_load(&g_warn_count) == warns, "finalize(NULL), as after a failed init, succeeds without a WARN (rc %d, %d WARN)", r,
+          atomic_load(&g_warn_count) - warns);
+  }
+  // 5. A finalized context, then a new one: finalize of the old one is refused, the new one works.
   void* c2 = NULL;
   r = shim_init(&n, &c2, COMM_ID + 4, logger);
   tsn_result_t again = shim_finalize(&n, c1);
