@@ -5,6 +5,7 @@
 
 #define NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <napi.h>
 #include <time.h>
 #include <unistd.h>
@@ -46,6 +47,11 @@ struct Plugin {
   uint64_t spinNs = 0;
   uint64_t lastActivity = 0;
   uint64_t busyNs = 0;  // time spent in turns and control calls (TSNET_STATS)
+  // Early wake-ups (engineArmWatches): the engine's epoll set of this thread's lanes, watched by
+  // the loop; how many times it woke the thread (TSNET_STATS).
+  uv_poll_t* watch = nullptr;
+  int watchFd = -1;
+  uint64_t earlyWakes = 0;
   uint64_t lastTurnNs = 0;  // uv_hrtime() of the last turn (wakeState)
 };
 thread_local Plugin* P = nullptr;
@@ -145,6 +151,7 @@ void onSpin(uv_idle_t*) {
   if (uv_hrtime() - P->lastActivity < P->spinNs) return;
   uv_idle_stop(&P->spin);
   P->spinning.store(false, std::memory_order_seq_cst);
+  if (P->watch) engineArmWatches(P->index);  // the next message wakes this thread with its I/O thread
   // Work posted just before the flag dropped found it set and sent no wake-up.
   if (hostHasWork(P->index) || enginePortHasWork(P->index)) pump();
 }
@@ -250,6 +257,9 @@ Napi::Value ThreadCpu(const Napi::CallbackInfo& info) {
 }
 
 // busy(): microseconds this thread spent in turns and control calls (not polling, not asleep).
+// earlyWakes() -> how many times a lane's readiness woke this thread with its I/O thread.
+Napi::Value EarlyWakes(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(P->earlyWakes)); }
+
 Napi::Value Busy(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(P->busyNs) / 1e3); }
 
 // wakes() -> how late this protocol thread took the wake-ups other threads sent it.
@@ -349,6 +359,7 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("now", Napi::Function::New(e, Now, "now"));
   o.Set("threadCpu", Napi::Function::New(e, ThreadCpu, "threadCpu"));
   o.Set("busy", Napi::Function::New(e, Busy, "busy"));
+  o.Set("earlyWakes", Napi::Function::New(e, EarlyWakes, "earlyWakes"));
   o.Set("wakes", Napi::Function::New(e, Wakes, "wakes"));
   o.Set("wakeState", Napi::Function::New(e, WakeState, "wakeState"));
   o.Set("wakeSelf", Napi::Function::New(e, WakeSelf, "wakeSelf"));
@@ -372,6 +383,28 @@ void markActivity() {
     uv_idle_start(&P->spin, onSpin);
     P->spinning.store(true, std::memory_order_seq_cst);
   }
+}
+
+bool pluginWatchFd(int fd) {
+  if (!P || P->watch || !P->spinNs) return false;
+  uv_loop_s* loop = nullptr;
+  napi_get_uv_event_loop(P->env, &loop);
+  auto* h = new uv_poll_t();
+  if (!loop || uv_poll_init(loop, h, fd) != 0) {
+    delete h;
+    return false;
+  }
+  P->watch = h;
+  P->watchFd = fd;
+  uv_poll_start(h, UV_READABLE, [](uv_poll_t*, int, int) {
+    // Takes the ready one-shot entries (they stay off until the thread sleeps again) and looks
+    // for the message the I/O thread is about to hand over.
+    epoll_event evs[64];
+    if (epoll_wait(P->watchFd, evs, 64, 0) > 0) P->earlyWakes++;
+    markActivity();
+  });
+  uv_unref(reinterpret_cast<uv_handle_t*>(h));  // keeps no loop alive
+  return true;
 }
 
 void pluginWake(int thread) {

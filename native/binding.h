@@ -44,6 +44,10 @@ tsn_result_t jsSetNetAttr(uint32_t ctxId, const tsn_net_attr_t* attr);
 void markActivity();
 // Wakes protocol thread `thread` unless it polls (its busy-poll window is open). Any thread.
 void pluginWake(int thread);
+// The calling protocol thread's event loop watches fd (an epoll set of early wake-ups): when it
+// turns readable the thread takes its events and opens its busy-poll window. False where the
+// thread has no loop (the tests' engine addon) or no busy-poll window.
+bool pluginWatchFd(int fd);
 // Protocol thread `thread`'s wake-up state, for a WARN (any thread); false when it has no plugin.
 bool pluginWakeState(int thread, bool* spinning, bool* pending, bool* readable);
 

@@ -72,6 +72,12 @@ export interface Config {
   directSendMax: number;
   /** TSNET_DIRECT_SEND_IDLE_US: only a lane that wrote nothing for this long is written here; 0: any lane. */
   directIdleUs: number;
+  /**
+   * TSNET_EARLY_WAKE: while a protocol thread sleeps, its lanes' sockets and doorbells wake it
+   * together with the I/O thread that reads them (native/engine/engine_js.cc, early wake-ups);
+   * only where it has a busy-poll window to open.
+   */
+  earlyWake: boolean;
   /** Seconds without progress on a link with work pending before it is declared dead. */
   timeoutSec: number;
   /** The libfabric transport's settings (OFI_NCCL_*, TSNET_FLUSH), when it is chosen. */
@@ -110,6 +116,13 @@ function int(src: Source, min: number, max: number): number {
   const n = Number(v);
   if (n < min || n > max) throw invalidArgument(`${src.name}=${src.value}: expected ${min} to ${max}`);
   return n;
+}
+
+function flag(src: Source): boolean {
+  const v = src.value.trim().toLowerCase();
+  if (v === '1' || v === 'true' || v === 'yes') return true;
+  if (v === '0' || v === 'false' || v === 'no') return false;
+  throw invalidArgument(`${src.name}=${src.value}: expected 0 or 1`);
 }
 
 const KiB = 1024;
@@ -298,6 +311,10 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   const directIdleUs = diSrc ? int(diSrc, 0, 1000) : 0;
   if (diSrc) note('written by the protocol thread only on a lane idle for us', directIdleUs || 'any', diSrc);
 
+  const ewSrc = pick(env, ['TSNET_EARLY_WAKE']);
+  const earlyWake = ewSrc ? flag(ewSrc) : true;
+  if (ewSrc) note('protocol threads woken with their I/O threads', earlyWake ? (spinUs > 0 ? 'on' : 'on, but no busy-poll window to open') : 'off', ewSrc);
+
   let ofi: OfiConfig | undefined;
   let latencyUs = 0;
   if (transport === 'ofi') {
@@ -348,6 +365,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       pollUs,
       directSendMax,
       directIdleUs,
+      earlyWake,
       timeoutSec,
       ofi,
       latencyUs,

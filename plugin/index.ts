@@ -46,7 +46,7 @@ const plugin = new Plugin({
   setSpin: (us) => binding.setSpin(us),
   makeTransport: (config, regions) => {
     const port = () => {
-      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs, writeNowMax: config.directSendMax, directIdleUs: config.directIdleUs });
+      const p = Port.get(binding, { ioThreads: config.ioThreads, spinUs: config.spinUs, lingerMs: config.timeoutSec * 1000, pollUs: config.pollUs, writeNowMax: config.directSendMax, directIdleUs: config.directIdleUs, earlyWake: config.earlyWake });
       if (config.traceFile || config.statsSteps) binding.ioTrace(true);
       engine = p;
       return p;
@@ -56,6 +56,7 @@ const plugin = new Plugin({
   threadCpu: () => binding.threadCpu(),
   sentHere: () => (engine ? { here: engine.writtenHere, part: engine.writtenPart } : undefined),
   busy: () => binding.busy(),
+  earlyWakes: () => binding.earlyWakes(),
   ioCpu: () => Array.from(binding.ioStats()),
   ioWakes: () => binding.ioWakes(),
   processCpu: () => ({ threads: readThreadsCpu(), processUs: readProcessCpu() }),

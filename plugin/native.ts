@@ -39,6 +39,8 @@ export interface Binding extends LaneBinding, OfiBinding {
   threadCpu(): number;
   /** µs the calling protocol thread spent in turns and control calls (not polling, not asleep). */
   busy(): number;
+  /** How many times a lane's readiness woke this protocol thread with its I/O thread (TSNET_EARLY_WAKE). */
+  earlyWakes(): number;
   traceOpen(path: string): boolean;
   traceWrite(text: string): void;
   /** Requests carry their posting and taking times (tracing), with no trace file. */

@@ -42,6 +42,8 @@ export interface PluginHost {
   sentHere?(): { here: number; part: number } | undefined;
   /** Microseconds this thread spent working (turns and control calls), polling and sleep excluded. */
   busy(): number;
+  /** Early wake-ups of this thread so far (TSNET_EARLY_WAKE); absent in tests' hosts. */
+  earlyWakes?(): number;
   /** CPU microseconds of each I/O thread (thread 0 reports them). */
   ioCpu(): number[];
   /** Every thread of the process and its CPU, and the whole process's (thread 0 reports them, TSNET_STATS). */
@@ -526,6 +528,8 @@ export class Plugin {
       if (this.config?.stats) {
         log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy(), this.host.sentHere?.()));
         log.info(wakeStatsLine(`protocol thread ${this.host.thread}`, [this.host.wakes()]));
+        const early = this.host.earlyWakes?.();
+        if (early !== undefined && this.config.earlyWake) log.info(`stats: protocol thread ${this.host.thread}: early wake-ups ${early} (woken by a lane with its I/O thread)`);
         if (this.lostWakes) log.info(`stats: protocol thread ${this.host.thread}: the watchdog found work no wake-up had announced ${this.lostWakes} time(s)`);
         for (const line of this.steps?.lines(this.host.thread) ?? []) log.info(line);
         if (this.host.thread === 0) {

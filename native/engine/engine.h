@@ -16,6 +16,12 @@ bool enginePortHasWork(int port);
 // memory NCCL takes back once its own closes (which fail) return. Runs on that thread.
 void engineClosePort(int port);
 
+// Early wake-ups (TSNET_EARLY_WAKE): the calling protocol thread is about to sleep; the fds of
+// its lanes (a TCP control lane's socket, an endpoint's doorbell or wait fd) are armed again, one
+// shot each, in its watch set, so that a message wakes it at the same time as the I/O thread
+// that reads it instead of after it. Runs on that thread.
+void engineArmWatches(int port);
+
 // The process is exiting: every I/O thread stops at the top of its next pass, for good.
 // engineParkIo asks them (returns how many there are); engineIoParked(n) says whether n have.
 int engineParkIo();

@@ -172,6 +172,14 @@ class InCall {
 struct Port {
   Ring<tsn_sub_t> sub[kMaxIoThreads];
   Ring<tsn_cqe_t> cq[kMaxIoThreads];
+  // Early wake-ups (TSNET_EARLY_WAKE, engine_js.cc): the fds whose readiness also wakes this
+  // protocol thread, one-shot entries of an epoll set its event loop watches. Its thread only.
+  struct Watch {
+    uint32_t lane;
+    int fd;
+  };
+  int watchEp = -1;
+  std::vector<Watch> watched;
 };
 
 struct Engine {
@@ -183,6 +191,7 @@ struct Engine {
   // its I/O thread, which gathers a stream's frames; 0: no such rule (TSNET_DIRECT_SEND_IDLE_US)
   std::atomic<uint64_t> directIdleNs{0};
   std::atomic<bool> trace{false};
+  std::atomic<bool> earlyWake{true};  // TSNET_EARLY_WAKE (ioSetEarlyWake)
   std::mutex laneMu;
   std::vector<uint32_t> freeIds;
   uint32_t nextId = 1;
@@ -190,6 +199,10 @@ struct Engine {
   std::mutex stallMu;  // ioStalls' sampling
 };
 extern Engine* E;
+
+// engine_js.cc: early wake-ups, on the protocol thread that owns the lane
+void watchLane(Lane* l, int fd);  // right after making it: fd's readiness wakes the thread too
+void unwatchLane(Lane* l);        // before closing it
 
 // engine.cc
 uint64_t nowNs();  // CLOCK_MONOTONIC

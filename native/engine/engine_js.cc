@@ -9,6 +9,7 @@
 #include <napi.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/epoll.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "../binding.h"
@@ -168,11 +170,15 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
     l->rxMem = rm;
     out.Set("rx", Napi::ArrayBuffer::New(env, mem, sizeof(tsn_rx_hdr_t) + rxBytes, [](Napi::Env, void*, RxMem* m) { rxRelease(m); }, rm));
   }
+  // A control lane's bytes are messages for this thread: they wake it with the I/O thread. Before
+  // the I/O thread has the fd, so that the number is still the lane's.
+  if (rxBytes) watchLane(l, mine);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.ptr = l;
   if (epoll_ctl(l->t->ep, EPOLL_CTL_ADD, mine, &ev) < 0) {
     int err = errno;
+    unwatchLane(l);
     bool partial, hard;
     cancelLane(l, false, &partial, &hard);
     postAdmin(l->t, new Admin{nullptr, Admin::kRetire, l});
@@ -228,6 +234,13 @@ Napi::Value IoWriteNow(const Napi::CallbackInfo& info) {
   return Napi::Number::New(env, E->trace.load(std::memory_order_relaxed) ? static_cast<double>(nowNs()) / 1000.0 : 0);
 }
 
+// ioSetEarlyWake(on): lanes made from now on wake their protocol thread with their I/O thread
+// (TSNET_EARLY_WAKE).
+Napi::Value IoSetEarlyWake(const Napi::CallbackInfo& info) {
+  if (E) E->earlyWake.store(info.Length() > 0 && info[0].ToBoolean().Value());
+  return info.Env().Undefined();
+}
+
 // ioClose(lane, graceful) -> { partial, hard }. When it returns, no I/O thread touches memory
 // named in the lane's submissions again and no completion of the lane is made (one made just
 // before may still be published after: the caller drops the link's completions). graceful: the
@@ -238,6 +251,7 @@ Napi::Value IoWriteNow(const Napi::CallbackInfo& info) {
 // stopped); returns whether the close is hard.
 bool closeLane(Lane* l, bool graceful, bool* partial) {
   IoThread* t = l->t;
+  unwatchLane(l);
   closedHere().insert(l->id);
   bool stuck = false;
   if (!syncSubs(l->port, t, &stuck))
@@ -485,6 +499,71 @@ Napi::Value IoWakes(const Napi::CallbackInfo& info) {
 
 }  // namespace
 
+// --- early wake-ups ---
+//
+// A message that finds both of a side's threads asleep used to wake them in turn: the I/O
+// thread first (its socket or doorbell), which read it and then woke the protocol thread. Each
+// protocol thread also watches, through an epoll set of its own in its event loop, the fds that
+// announce messages for it: each TCP control lane's socket and each endpoint's doorbell (or wait
+// fd). Both threads then wake at once, and the protocol thread's busy-poll window is open when
+// the I/O thread hands the message over. The entries are one-shot: one wake-up per fd until the
+// thread sleeps again (engineArmWatches), so a message in a burst costs nothing. The thread never
+// reads these fds; everything that goes wrong here costs an early wake-up or a useless one,
+// never a message.
+
+void watchLane(Lane* l, int fd) {
+  if (!E || fd < 0 || !E->earlyWake.load(std::memory_order_relaxed)) return;
+  Port* port = E->ports[l->port].load(std::memory_order_acquire);
+  if (!port) return;
+  if (port->watchEp < 0) {
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) return;
+    if (!pluginWatchFd(ep)) {  // no event loop here, or no busy-poll window to open
+      close(ep);
+      return;
+    }
+    port->watchEp = ep;
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLONESHOT;
+  ev.data.u32 = l->id;
+  if (epoll_ctl(port->watchEp, EPOLL_CTL_ADD, fd, &ev) == 0) port->watched.push_back({l->id, fd});
+}
+
+void unwatchLane(Lane* l) {
+  Port* port = E ? E->ports[l->port].load(std::memory_order_acquire) : nullptr;
+  if (!port || port->watched.empty()) return;
+  auto it = std::find_if(port->watched.begin(), port->watched.end(), [&](const Port::Watch& w) { return w.lane == l->id; });
+  if (it == port->watched.end()) return;
+  int fd = it->fd;
+  port->watched.erase(it);
+  // Only while the lane's fd is still its own (the lock keeps the I/O thread from closing it);
+  // once closed, the kernel dropped the entry with the file. A lane whose I/O thread holds the
+  // lock (stuck in a provider) keeps its entry until its fd closes.
+  std::unique_lock<std::mutex> g(l->mu, std::try_to_lock);
+  if (g.owns_lock() && !l->closed) epoll_ctl(port->watchEp, EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void engineArmWatches(int p) {
+  Port* port = E && p >= 0 && p < kMaxPorts ? E->ports[p].load(std::memory_order_acquire) : nullptr;
+  if (!port || port->watchEp < 0) return;
+  for (const Port::Watch& w : port->watched) {
+    Lane* l = laneOf(w.lane);  // freed only after this thread's ioClose, which unwatches it first
+    if (!l) continue;
+    std::unique_lock<std::mutex> g(l->mu, std::try_to_lock);
+    if (!g.owns_lock() || l->closed || l->quiet) continue;  // busy or going: no early wake-up this time
+    // Readable already: bytes the I/O thread has not read yet (it hands them over itself), or a
+    // lane that stays readable (a full receive ring, the peer's end), which would wake this
+    // thread at every sleep.
+    pollfd pf{w.fd, POLLIN, 0};
+    if (poll(&pf, 1, 0) != 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLONESHOT;
+    ev.data.u32 = w.lane;
+    epoll_ctl(port->watchEp, EPOLL_CTL_MOD, w.fd, &ev);
+  }
+}
+
 void engineClosePort(int port) {
   if (!E) return;
   // Lanes are freed only after their own thread's ioClose (closedHere), so those found here,
@@ -572,6 +651,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioSpinShared", Napi::Function::New(e, IoSpinShared, "ioSpinShared"));
   o.Set("ioWakes", Napi::Function::New(e, IoWakes, "ioWakes"));
   o.Set("ioSetSpin", Napi::Function::New(e, IoSetSpin, "ioSetSpin"));
+  o.Set("ioSetEarlyWake", Napi::Function::New(e, IoSetEarlyWake, "ioSetEarlyWake"));
   o.Set("ioStalls", Napi::Function::New(e, IoStalls, "ioStalls"));
   o.Set("dumpStacks", Napi::Function::New(e, DumpStacks, "dumpStacks"));
   o.Set("ioLaneState", Napi::Function::New(e, IoLaneState, "ioLaneState"));

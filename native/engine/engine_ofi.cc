@@ -522,6 +522,9 @@ Napi::Value OfiRail(const Napi::CallbackInfo& info) {
   if (!l) return fail(env, "ofiRail: too many lanes", TSN_SYSTEM_ERROR);
   l->spinGroup = group;
   l->ofi = ep.release();
+  // What announces a message on the endpoint (its wait fd, else its doorbell) wakes this protocol
+  // thread with the I/O thread (watchLane, engine_js.cc).
+  watchLane(l, l->ofi->waitFd() >= 0 ? l->ofi->waitFd() : l->ofi->bellFd());
   if (int fd = l->ofi->waitFd(); fd >= 0) {
     epoll_event ev{};
     ev.events = EPOLLIN;

@@ -25,6 +25,7 @@ static bool verbose = false;
 
 int bindingThreadIndex() { return tIndex; }
 void pluginWake(int) {}
+bool pluginWatchFd(int) { return false; }
 bool pluginWakeState(int, bool*, bool*, bool*) { return false; }
 
 void logMessage(int level, unsigned long, const char* msg) {

@@ -46,6 +46,7 @@ export interface EngineBinding {
    * write) less than us ago; 0: no such rule. Process-wide; optional like ioWriteNow.
    */
   ioSetDirectIdle?(us: number): void;
+  ioSetEarlyWake?(on: boolean): void;
 }
 
 interface Overflow {
@@ -256,12 +257,13 @@ export class Port {
   private readonly freeLinks: number[] = [];
 
   /** This thread's port; the first call on thread 0 starts the I/O threads. */
-  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number; pollUs: number; writeNowMax?: number; directIdleUs?: number }): Port {
+  static get(binding: EngineBinding, opts: { ioThreads: number; spinUs: number; lingerMs: number; pollUs: number; writeNowMax?: number; directIdleUs?: number; earlyWake?: boolean }): Port {
     if (!Port.shared) {
       binding.ioStart(opts.ioThreads, opts.spinUs, opts.lingerMs, opts.pollUs);
       Port.shared = new Port(binding);
       if (typeof binding.ioWriteNow === 'function' && opts.writeNowMax !== undefined) Port.shared.writeNowMax = opts.writeNowMax;
       if (opts.directIdleUs !== undefined) binding.ioSetDirectIdle?.(opts.directIdleUs);
+      if (opts.earlyWake !== undefined) binding.ioSetEarlyWake?.(opts.earlyWake);
     }
     return Port.shared;
   }

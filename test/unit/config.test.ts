@@ -48,6 +48,7 @@ describe('readConfig defaults', () => {
       pollUs: 50,
       directSendMax: 8192,
       directIdleUs: 0,
+      earlyWake: true,
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
@@ -129,6 +130,19 @@ describe('readConfig defaults', () => {
     expect(() => readConfig({ TSNET_DIRECT_SEND_IDLE_US: '1001' }, 2)).toThrow(/TSNET_DIRECT_SEND_IDLE_US=1001: expected 0 to 1000/);
     expect(() => readConfig({ TSNET_DIRECT_SEND_IDLE_US: 'soon' }, 2)).toThrow(/TSNET_DIRECT_SEND_IDLE_US=soon: expected an integer/);
     expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: 'small' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=small: expected an integer/);
+  });
+
+  it('wakes protocol threads with their I/O threads unless TSNET_EARLY_WAKE=0; says so only when set', () => {
+    expect(readConfig({}, 2).config.earlyWake).toBe(true);
+    expect(readConfig({}, 2).lines.some((l) => l.includes('woken with'))).toBe(false);
+    const off = readConfig({ TSNET_EARLY_WAKE: '0' }, 2);
+    expect(off.config.earlyWake).toBe(false);
+    expect(off.lines).toContain('protocol threads woken with their I/O threads = off (TSNET_EARLY_WAKE)');
+    expect(readConfig({ TSNET_EARLY_WAKE: 'yes', TSNET_SPIN_US: '200' }, 2).lines).toContain('protocol threads woken with their I/O threads = on (TSNET_EARLY_WAKE)');
+    expect(readConfig({ TSNET_EARLY_WAKE: '1', TSNET_SPIN_US: '0' }, 2).lines).toContain(
+      'protocol threads woken with their I/O threads = on, but no busy-poll window to open (TSNET_EARLY_WAKE)',
+    );
+    expect(() => readConfig({ TSNET_EARLY_WAKE: 'maybe' }, 2)).toThrow(/TSNET_EARLY_WAKE=maybe: expected 0 or 1/);
   });
 
   it('polls endpoints without a wait fd every 50 us after activity unless TSNET_OFI_POLL_US says otherwise', () => {
