@@ -75,7 +75,7 @@ export interface Config {
   /**
    * TSNET_EARLY_WAKE: while a protocol thread sleeps, its lanes' sockets and doorbells wake it
    * together with the I/O thread that reads them (native/engine/engine_js.cc, early wake-ups);
-   * only where it has a busy-poll window to open.
+   * only where it has a busy-poll window to open. Off by default.
    */
   earlyWake: boolean;
   /** Seconds without progress on a link with work pending before it is declared dead. */
@@ -312,7 +312,11 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   if (diSrc) note('written by the protocol thread only on a lane idle for us', directIdleUs || 'any', diSrc);
 
   const ewSrc = pick(env, ['TSNET_EARLY_WAKE']);
-  const earlyWake = ewSrc ? flag(ewSrc) : true;
+  // Off by default: it took 6-21% off tsnet over TCP's latency after 20 ms idle (2 and 4 H100s,
+  // interleaved), but small AllReduce over TCP took longer with it at 8-32 B in all five rounds
+  // (4 ranks: 8 B 106-533 us against 77-86), not explained; over shm the I/O thread usually
+  // drains the doorbell before the protocol thread's wake-up looks at it (performance.md, item 35).
+  const earlyWake = ewSrc ? flag(ewSrc) : false;
   if (ewSrc) note('protocol threads woken with their I/O threads', earlyWake ? (spinUs > 0 ? 'on' : 'on, but no busy-poll window to open') : 'off', ewSrc);
 
   let ofi: OfiConfig | undefined;

@@ -191,7 +191,7 @@ struct Engine {
   // its I/O thread, which gathers a stream's frames; 0: no such rule (TSNET_DIRECT_SEND_IDLE_US)
   std::atomic<uint64_t> directIdleNs{0};
   std::atomic<bool> trace{false};
-  std::atomic<bool> earlyWake{true};  // TSNET_EARLY_WAKE (ioSetEarlyWake)
+  std::atomic<bool> earlyWake{false};  // TSNET_EARLY_WAKE (ioSetEarlyWake)
   std::mutex laneMu;
   std::vector<uint32_t> freeIds;
   uint32_t nextId = 1;

@@ -48,7 +48,7 @@ describe('readConfig defaults', () => {
       pollUs: 50,
       directSendMax: 8192,
       directIdleUs: 0,
-      earlyWake: true,
+      earlyWake: false,
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
@@ -132,8 +132,8 @@ describe('readConfig defaults', () => {
     expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: 'small' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=small: expected an integer/);
   });
 
-  it('wakes protocol threads with their I/O threads unless TSNET_EARLY_WAKE=0; says so only when set', () => {
-    expect(readConfig({}, 2).config.earlyWake).toBe(true);
+  it('wakes protocol threads with their I/O threads only with TSNET_EARLY_WAKE=1; says so only when set', () => {
+    expect(readConfig({}, 2).config.earlyWake).toBe(false);
     expect(readConfig({}, 2).lines.some((l) => l.includes('woken with'))).toBe(false);
     const off = readConfig({ TSNET_EARLY_WAKE: '0' }, 2);
     expect(off.config.earlyWake).toBe(false);
