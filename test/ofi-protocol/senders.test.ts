@@ -200,6 +200,52 @@ describe('senders (FI_SOURCE)', () => {
       } else expect(String(err)).toMatch(/connect: an answer to another connect attempt/);
     });
 
+  for (const reused of [false, true])
+    it(`control messages on rail 1 that come before the ACCEPT wait for it (2 rails${reused ? ', the peer known from an earlier comm' : ''}); they were dropped and the sends waited for good`, () => {
+      const w = new World({ nicsA: 2, nicsB: 2, config: { rrCtrl: true } });
+      if (reused) {
+        // An earlier comm between the same endpoints: b's rail-1 address is in a's address
+        // vector, so its early write is named (peer 1), as in aws-ofi-nccl's reuse_listen_comm.
+        const first = w.connect();
+        transferWorks(w, first.send as unknown as OfiSendComm, first.recv as unknown as OfiRecvComm, 1);
+      }
+      const listener = w.b.ep.listen();
+      const connector = w.a.ep.connect(listener.handle);
+      let released = false;
+      w.fabric.hold = (type, _len, imm) => type === 'send' && msgKind(imm) === MsgKind.ACCEPT && !released;
+      let send: OfiSendComm | undefined;
+      let recv: OfiRecvComm | undefined;
+      w.run(() => {
+        send ??= connector.poll(w.a.complete) as unknown as OfiSendComm | undefined;
+        recv ??= listener.accept(w.b.complete) as unknown as OfiRecvComm | undefined;
+        return !!recv;
+      }, 'the accept');
+      // b posts receives: their control messages go round robin over both rails, ahead of the ACCEPT.
+      const dsts = [0, 1, 2, 3].map(() => w.b.region(256));
+      dsts.forEach((d, i) => recv!.irecv(10 + i, [buf(d, 0, 256, 3)]));
+      w.settle();
+      expect(send).toBeUndefined();
+      released = true;
+      w.run(() => !!(send ??= connector.poll(w.a.complete) as unknown as OfiSendComm | undefined), 'the connect');
+      listener.close();
+      const srcs = [0, 1, 2, 3].map((i) => {
+        const r = w.a.region(256);
+        r.bytes!.set(pattern(40 + i, 256));
+        send!.isend(20 + i, buf(r, 0, 256, 3));
+        return r;
+      });
+      w.run(() => [0, 1, 2, 3].every((i) => w.b.has(10 + i) && w.a.has(20 + i)), 'the transfers announced before the ACCEPT');
+      for (let i = 0; i < 4; i++) {
+        expect(w.b.take(10 + i)).toEqual({ code: 0, sizes: [256] });
+        expect(w.a.take(20 + i)).toEqual({ code: 0, sizes: [256] });
+        expectBytes(dsts[i].bytes!, 0, pattern(40 + i, 256));
+      }
+      expect(srcs.length).toBe(4);
+      expect(w.a.ep.stats.foreign).toBe(0);
+      expect(warns().filter((m) => /which is not its peer/.test(m))).toEqual([]);
+      w.check();
+    });
+
   it(`a listener holds at most ${MAX_UNACCEPTED} connections for accept: CONNECTs with ever new nonces take no more comm ids`, () => {
     const w = new World({ check: false });
     const listener = w.b.ep.listen();

@@ -77,6 +77,13 @@ export abstract class OfiComm {
   abstract readonly isRecv: boolean;
   /** A remote write with immediate data naming this comm arrived. */
   abstract onRemoteWrite(rail: number, imm: number, len: number): void;
+  /**
+   * Whether this comm keeps a remote write it cannot check yet, to be checked and taken later
+   * (a send comm before its ACCEPT: OfiSendComm.holdEarly). The caller then does nothing more.
+   */
+  holdEarly(_rail: number, _c: Completion): boolean {
+    return false;
+  }
   /** An operation of this comm completed. */
   abstract onOpDone(kind: OpKind, a: number, b: number, c: number, rail: number): void;
   /** Completes every pending request with err's code and forgets them. */
@@ -120,6 +127,13 @@ export abstract class OfiComm {
    * Whether src, an id in the address vector of this endpoint's NIC nic, is this comm's peer on
    * a rail that uses that NIC (FI_SOURCE: who sent a message or remote write naming this comm).
    */
+  /** The peer's ids in NIC nic's address vector, one per rail of this comm on that NIC. */
+  peersOn(nic: number): number[] {
+    const ids: number[] = [];
+    for (let l = 0; l < this.rails; l++) if (this.nic[l] === nic) ids.push(this.peer[l]);
+    return ids;
+  }
+
   sentBy(nic: number, src: number): boolean {
     for (let l = 0; l < this.rails; l++) if (this.nic[l] === nic && this.peer[l] === src) return true;
     return false;

@@ -161,6 +161,9 @@ export class OfiEndpoint {
   private readonly listeners: (OfiListener | undefined)[] = new Array(MAX_COMMS).fill(undefined);
   private nextListener = 0;
   private readonly peers: Map<string, number>[];
+  /** When each peer address went into a rail's address vector (a count of insertions: avSerial). */
+  private readonly insertedAt: Map<number, number>[];
+  private inserts = 0;
   private retired: { region: OwnedRegion; at: number }[] = [];
   private freed = false; // freeMemory ran
   private shut = false; // close ran
@@ -189,6 +192,7 @@ export class OfiEndpoint {
     this.closedAt = new Float64Array(maxComms).fill(-Infinity);
     this.railCount = deviceRails(rails.length, this.config.forceRails);
     this.peers = rails.map(() => new Map());
+    this.insertedAt = rails.map(() => new Map());
     this.selfPeer = new Int32Array(rails.length);
     rails.forEach((r, i) => (this.selfPeer[i] = this.peerId(i, r.name)));
     // The endpoint itself is AV id 0 on every rail (FI_AV_TABLE numbers from 0): the id shm of
@@ -430,8 +434,19 @@ export class OfiEndpoint {
     if (id === undefined) {
       id = this.rails[nic].insertPeer(name);
       this.peers[nic].set(key, id);
+      this.insertedAt[nic].set(id, ++this.inserts);
     }
     return id;
+  }
+
+  /** Peer addresses inserted so far, on every rail: a point in time for insertedSince. */
+  get avSerial(): number {
+    return this.inserts;
+  }
+
+  /** Whether peer id of NIC nic went into the address vector after avSerial was serial. */
+  insertedSince(nic: number, id: number, serial: number): boolean {
+    return (this.insertedAt[nic].get(id) ?? 0) > serial;
   }
 
   /** Host memory registered on every NIC (allocated on NIC 0). */
@@ -577,8 +592,29 @@ export class OfiEndpoint {
     }
     const comm = this.comms[immComm(c.imm)];
     if (comm) {
+      if (comm.holdEarly(r, c)) return;
       if (this.fromPeer(r, c, comm, 'a remote write')) comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
     } else this.stats.staleWrites++;
+  }
+
+  /**
+   * The remote writes a send comm kept before its ACCEPT (OfiSendComm.holdEarly), now that it
+   * knows its peer's rails: each is checked as it would have been on arrival, then taken.
+   */
+  replayEarly(comm: OfiComm, held: readonly { rail: number; c: Completion; serial: number }[]): void {
+    for (const { rail: r, c, serial } of held) {
+      if (comm.failed || comm.closed) return;
+      // A sender the address vector did not have when the write came (FI_ADDR_NOTAVAIL) cannot be
+      // named now; where the ACCEPT's address for that rail went in only since, it may well have
+      // been the peer: it passes, counted as unnamed (as shm's id 0 does).
+      const src = c.src ?? -1;
+      if (src < 0 && this.checkWriters && comm.peersOn(r).some((id) => this.insertedSince(r, id, serial))) {
+        this.stats.unnamed++;
+        comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
+        continue;
+      }
+      if (this.fromPeer(r, c, comm, 'a remote write')) comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
+    }
   }
 
   private onOp(r: number, c: Completion): void {

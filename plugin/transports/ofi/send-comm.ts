@@ -56,6 +56,8 @@ import {
 /** Sends a comm may have in flight (NCCL: 32 requests x 8 sub-receives). */
 const MAX_SENDS = 1024;
 const MAILBOX_BYTES = MAILBOX_SLOTS * SLOT_BYTES;
+/** Remote writes a send comm keeps before its ACCEPT (holdEarly): every mailbox slot twice over. */
+const EARLY_MAX = 2 * MAILBOX_SLOTS;
 const CONNECT_AT = MAILBOX_BYTES;
 const HEADERS_AT = CONNECT_AT + 512;
 const SLOT_WORDS = SLOT_BYTES / 4;
@@ -100,6 +102,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   private eagerOrdinal = 0;
   /** Control messages that arrived, by mailbox slot: n, or 0. */
   private readonly arrived = new Uint8Array(MAILBOX_SLOTS);
+  /** Remote writes that came before the ACCEPT from rails it will name (holdEarly). */
+  private early: { rail: number; c: Completion; serial: number }[] = [];
   private readonly tags = new Int32Array(8);
   private scheduler: StripeScheduler | undefined;
   private readonly schedule = new Schedule();
@@ -187,6 +191,24 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     return nic === 0 && this.connectTo !== undefined && src === this.connectTo.peer;
   }
 
+  /**
+   * A remote write from another of the peer's rails can come before the ACCEPT that names that
+   * rail: the receiver writes its first control messages as soon as it has accepted and NCCL
+   * posted receives, round robin over the rails, while the ACCEPT travels on rail 0 and the rails
+   * keep no order between them. Checked now, it came from no known peer and was dropped, and the
+   * sends it announced waited for good (aws-ofi-nccl's reuse_listen_comm over 2 shm rails hung in
+   * 3 runs of 5, "a remote write for ... from peer 1, which is not its peer"). So until the
+   * ACCEPT the comm keeps such writes (their bytes are in its mailbox already) and checks them
+   * once it knows the peer's rails (OfiEndpoint.replayEarly); past EARLY_MAX they are checked at
+   * once, as before.
+   */
+  override holdEarly(rail: number, c: Completion): boolean {
+    if (this.connected || this.closed || this.failed) return false;
+    if (this.sentBy(rail, c.src ?? -1) || this.early.length >= EARLY_MAX) return false;
+    this.early.push({ rail, c: { ...c }, serial: this.ep.avSerial }); // c is the rail's reused record
+    return true;
+  }
+
   /** The listener's answer: the receiver's comm id, rails and eager capacity. */
   onAccept(bytes: Uint8Array): void {
     if (this.connected || this.closed) return;
@@ -218,8 +240,14 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.heard();
     log.info(
       `${this.name}: connected to comm ${a.comm}, ${this.rails} rail(s), eager up to ${this.eagerMax} bytes` +
-        (this.ep.config.gpuIpc ? (this.ipc ? ', GPU memory by CUDA IPC' : ', no CUDA IPC (the peer is this process)') : ''),
+        (this.ep.config.gpuIpc ? (this.ipc ? ', GPU memory by CUDA IPC' : ', no CUDA IPC (the peer is this process)') : '') +
+        (this.early.length ? `; ${this.early.length} control write(s) on other rails came before the answer` : ''),
     );
+    if (this.early.length) {
+      const held = this.early;
+      this.early = [];
+      this.ep.replayEarly(this, held);
+    }
   }
 
   get pending(): number {
