@@ -30,7 +30,7 @@ export type OfiOpened = ReturnType<OfiBinding['ofiOpen']>;
  * (ms). NCCL gives memory back only once its requests are done, except when it aborts: then
  * each comm with requests in flight on the memory waits about DRAIN_MS once, before it fails.
  */
-export const DRAIN_MS = 50;
+export const DRAIN_MS = 250;
 export const DRAIN_MAX_MS = 2000;
 const pause = new Int32Array(new SharedArrayBuffer(4));
 
