@@ -31,10 +31,8 @@ constexpr char kPrefix[] = "tsnet-bell-";
 // "tsnet-bell-<16 hex digits>": FNV-1a of the address. Two live endpoints whose addresses hash
 // alike would share a name; the second finds it taken (OfiBell::create) and sleeps on the timer.
 std::string stem(const std::string& name) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
   char out[48];
-  snprintf(out, sizeof out, "%s%016llx", kPrefix, static_cast<unsigned long long>(h));
+  snprintf(out, sizeof out, "%s%016llx", kPrefix, static_cast<unsigned long long>(fnv1a(name)));
   return out;
 }
 

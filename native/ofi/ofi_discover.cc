@@ -176,12 +176,6 @@ void fillHardware(OfiNic* n, const fi_info* i) {
   if (n->pciPath.empty()) n->pciPath = pciAncestor(realPath(sys + "/device"));
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
-
 OfiNic nicOf(const fi_info* i, bool hmemAsked) {
   const OfiLib& f = ofiLib();
   OfiNic n;

@@ -55,6 +55,14 @@ class OfiSignalGuard {
   struct sigaction saved_[kN];
 };
 
+// FNV-1a, 64 bits: a NIC's guid from its identity (ofi_discover.cc), a doorbell's name from its
+// endpoint's address (ofi_bell.cc).
+inline uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
 // --- doorbells (ofi_bell.cc) ---
 // shm offers no wait fd, so an I/O thread serving a shm endpoint could only sleep on a timer
 // (1 ms, 50 us in the first ms after work): a message that came while it slept waited for the

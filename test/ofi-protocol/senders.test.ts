@@ -228,19 +228,17 @@ describe('senders (FI_SOURCE)', () => {
       released = true;
       w.run(() => !!(send ??= connector.poll(w.a.complete) as unknown as OfiSendComm | undefined), 'the connect');
       listener.close();
-      const srcs = [0, 1, 2, 3].map((i) => {
+      for (let i = 0; i < 4; i++) {
         const r = w.a.region(256);
         r.bytes!.set(pattern(40 + i, 256));
         send!.isend(20 + i, buf(r, 0, 256, 3));
-        return r;
-      });
+      }
       w.run(() => [0, 1, 2, 3].every((i) => w.b.has(10 + i) && w.a.has(20 + i)), 'the transfers announced before the ACCEPT');
       for (let i = 0; i < 4; i++) {
         expect(w.b.take(10 + i)).toEqual({ code: 0, sizes: [256] });
         expect(w.a.take(20 + i)).toEqual({ code: 0, sizes: [256] });
         expectBytes(dsts[i].bytes!, 0, pattern(40 + i, 256));
       }
-      expect(srcs.length).toBe(4);
       expect(w.a.ep.stats.foreign).toBe(0);
       expect(warns().filter((m) => /which is not its peer/.test(m))).toEqual([]);
       w.check();

@@ -607,13 +607,9 @@ export class OfiEndpoint {
       // A sender the address vector did not have when the write came (FI_ADDR_NOTAVAIL) cannot be
       // named now; where the ACCEPT's address for that rail went in only since, it may well have
       // been the peer: it passes, counted as unnamed (as shm's id 0 does).
-      const src = c.src ?? -1;
-      if (src < 0 && this.checkWriters && comm.peersOn(r).some((id) => this.insertedSince(r, id, serial))) {
-        this.stats.unnamed++;
-        comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
-        continue;
-      }
-      if (this.fromPeer(r, c, comm, 'a remote write')) comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
+      const newPeer = (c.src ?? -1) < 0 && this.checkWriters && comm.peersOn(r).some((id) => this.insertedSince(r, id, serial));
+      if (newPeer) this.stats.unnamed++;
+      if (newPeer || this.fromPeer(r, c, comm, 'a remote write')) comm.onRemoteWrite(r, c.imm, c.len || c.immHi || 0);
     }
   }
 
