@@ -38,6 +38,7 @@ struct ControlCall {
   const std::function<tsn_result_t()>* fn;
   tsn_result_t rc;
   bool done;
+  const char* call;  // its name, a string literal
 };
 
 // One protocol thread as the rest of the process sees it.
@@ -460,7 +461,7 @@ tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const
   Host& h = host();
   if (forkedChild(h, call)) return TSN_INTERNAL_ERROR;
   if (refusedAtExit(call)) return TSN_INTERNAL_ERROR;  // an exit handler's call: no thread would run it
-  ControlCall ctl{&fn, TSN_SUCCESS, false};
+  ControlCall ctl{&fn, TSN_SUCCESS, false, call};
   std::unique_lock<std::mutex> lk(h.mu);
   Thread& t = h.threads[thread];
   if (t.state != State::kRunning) {
@@ -489,7 +490,7 @@ Request* hostTakePosted(int thread) {
   return fifo;
 }
 
-bool hostRunOneControl(int thread, void (*beforeRun)()) {
+bool hostRunOneControl(int thread, void (*beforeRun)(), const char** call) {
   Host& h = host();
   Thread& t = h.threads[thread];
   ControlCall* c;
@@ -500,6 +501,7 @@ bool hostRunOneControl(int thread, void (*beforeRun)()) {
     t.control.pop_front();
     t.waiting.fetch_sub(1, std::memory_order_relaxed);
   }
+  if (call) *call = c->call;
   beforeRun();
   tsn_result_t rc = (*c->fn)();
   std::lock_guard<std::mutex> g(h.mu);

@@ -43,8 +43,9 @@ tsn_result_t hostStartMore(int n, std::string* why);
 // Every posted request, oldest first, linked through Request::next.
 Request* hostTakePosted(int thread);
 // Runs the oldest waiting control call; false when none waits. beforeRun runs first, after
-// the call was taken: requests posted before the call are then handled before it.
-bool hostRunOneControl(int thread, void (*beforeRun)());
+// the call was taken: requests posted before the call are then handled before it. call (if
+// not null) gets the call's name ("connect", "deregMr", ...: a string literal).
+bool hostRunOneControl(int thread, void (*beforeRun)(), const char** call = nullptr);
 // The thread's plugin is ready: calls may flow. wake(thread) wakes it (any thread may call it).
 void hostReady(int thread, void (*wake)(int));
 // True when posted requests or control calls wait for the thread (its polling loop checks this).

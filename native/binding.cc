@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -53,6 +54,9 @@ struct Plugin {
   int watchFd = -1;
   uint64_t earlyWakes = 0;
   uint64_t lastTurnNs = 0;  // uv_hrtime() of the last turn (wakeState)
+  // The longest turn or control call since the watchdog last asked (longest()), and its name.
+  uint64_t longestNs = 0;
+  const char* longestWhat = nullptr;
 };
 thread_local Plugin* P = nullptr;
 thread_local int tIndex = -1;
@@ -156,14 +160,27 @@ void onSpin(uv_idle_t*) {
   if (hostHasWork(P->index) || enginePortHasWork(P->index)) pump();
 }
 
+void noteLongest(uint64_t ns, const char* what) {
+  if (ns <= P->longestNs) return;
+  P->longestNs = ns;
+  P->longestWhat = what;
+}
+
 void pump() {
   if (hostExiting()) hostPark();
   markActivity();
   uint64_t t0 = uv_hrtime();
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
-  do runTurn();
-  while (hostRunOneControl(P->index, runTurn));
+  runTurn();
+  uint64_t t = uv_hrtime();
+  noteLongest(t - t0, "turn");
+  const char* call = nullptr;
+  while (hostRunOneControl(P->index, runTurn, &call)) {  // each with the turn before it
+    uint64_t now = uv_hrtime();
+    noteLongest(now - t, call);
+    t = now;
+  }
   P->busyNs += uv_hrtime() - t0;
 }
 
@@ -262,6 +279,36 @@ Napi::Value EarlyWakes(const Napi::CallbackInfo& info) { return Napi::Number::Ne
 
 Napi::Value Busy(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), static_cast<double>(P->busyNs) / 1e3); }
 
+// longest() -> { us, what }: the longest turn or control call of this thread since the last
+// longest() (what: "turn", or the call's name; null when there was none), then starts over.
+Napi::Value Longest(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("us", static_cast<double>(P->longestNs) / 1e3);
+  o.Set("what", P->longestWhat ? Napi::Value(Napi::String::New(env, P->longestWhat)) : env.Null());
+  P->longestNs = 0;
+  P->longestWhat = nullptr;
+  return o;
+}
+
+// runWait() -> microseconds the calling thread has waited for a CPU while runnable (the second
+// figure of /proc/thread-self/schedstat), or -1 where the kernel does not tell.
+Napi::Value RunWait(const Napi::CallbackInfo& info) {
+  double us = -1;
+  int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[128];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    unsigned long long run = 0, wait = 0;
+    if (n > 0) {
+      buf[n] = 0;
+      if (sscanf(buf, "%llu %llu", &run, &wait) == 2) us = static_cast<double>(wait) / 1e3;
+    }
+  }
+  return Napi::Number::New(info.Env(), us);
+}
+
 // wakes() -> how late this protocol thread took the wake-ups other threads sent it.
 Napi::Value Wakes(const Napi::CallbackInfo& info) { return wakeDelaysObject(info.Env(), P->waker.delays); }
 
@@ -358,6 +405,8 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("setSpin", Napi::Function::New(e, SetSpin, "setSpin"));
   o.Set("now", Napi::Function::New(e, Now, "now"));
   o.Set("threadCpu", Napi::Function::New(e, ThreadCpu, "threadCpu"));
+  o.Set("longest", Napi::Function::New(e, Longest, "longest"));
+  o.Set("runWait", Napi::Function::New(e, RunWait, "runWait"));
   o.Set("busy", Napi::Function::New(e, Busy, "busy"));
   o.Set("earlyWakes", Napi::Function::New(e, EarlyWakes, "earlyWakes"));
   o.Set("wakes", Napi::Function::New(e, Wakes, "wakes"));

@@ -39,6 +39,10 @@ export interface Binding extends LaneBinding, OfiBinding {
   threadCpu(): number;
   /** µs the calling protocol thread spent in turns and control calls (not polling, not asleep). */
   busy(): number;
+  /** The calling protocol thread's longest turn or control call since the last call (what: "turn" or the call's name), then starts over. */
+  longest(): { us: number; what: string | null };
+  /** µs the calling thread has waited for a CPU while runnable (/proc/thread-self/schedstat); -1 where the kernel does not tell. */
+  runWait(): number;
   /** How many times a lane's readiness woke this protocol thread with its I/O thread (TSNET_EARLY_WAKE). */
   earlyWakes(): number;
   traceOpen(path: string): boolean;

@@ -12,7 +12,7 @@ import { Op } from './native';
 import { propertiesOf } from './properties';
 import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
-import { type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, processCpuLine, threadStatsLine, wakeStatsLine } from './stats';
+import { type HoldSample, type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, holdLine, processCpuLine, threadStatsLine, wakeStatsLine } from './stats';
 import { SpinAdapter } from './spin';
 import { StepStats, bothTraces } from './steps';
 import { Tracer } from './trace';
@@ -42,6 +42,10 @@ export interface PluginHost {
   sentHere?(): { here: number; part: number } | undefined;
   /** Microseconds this thread spent working (turns and control calls), polling and sleep excluded. */
   busy(): number;
+  /** The longest turn or control call since the last call (what: "turn" or the call's name, null if none), then starts over; absent in tests' hosts. */
+  longest?(): { us: number; what: string | null };
+  /** Microseconds this thread has waited for a CPU while runnable, -1 where unknown; absent in tests' hosts. */
+  runWait?(): number;
   /** Early wake-ups of this thread so far (TSNET_EARLY_WAKE); absent in tests' hosts. */
   earlyWakes?(): number;
   /** CPU microseconds of each I/O thread (thread 0 reports them). */
@@ -251,12 +255,16 @@ export class Plugin {
     const every = Math.max(50, Math.min(1000, timeoutMs / 4));
     let last = monoMs();
     let lostWarned = -Infinity;
+    let was = this.holdSample();
+    let judged = true;
     this.watchdog = setInterval(() => {
       const now = monoMs();
       const late = now - last - every;
       last = now;
+      const is = this.holdSample();
       if (late >= timeoutMs / 2)
-        log.warn(`protocol thread ${this.host.thread}: its event loop was held for ${late} ms (the watchdog ran that late): requests and completions waited that long`);
+        log.warn(`protocol thread ${this.host.thread}: its event loop was held for ${late} ms (the watchdog ran that late): requests and completions waited that long; ${holdLine(late, was, is)}`);
+      was = is;
       // Work that waits with no wake-up on its way and no turn for a tick was never announced to
       // this thread: it would wait for a turn that other work happens to cause.
       const w = this.host.wakeState?.();
@@ -271,11 +279,23 @@ export class Plugin {
       // Completions that wait are handed to their comms before any comm is judged quiet: a
       // late or lost wake-up costs this tick's wait, never a comm.
       this.turn(0);
-      for (const c of this.comms.values()) c.endpoint.tick(now, timeoutMs);
-      this.transport?.tick?.(now, timeoutMs);
+      // After a tick or more held, what waits in this thread's own sockets (Node's: connects,
+      // greetings) comes only in the loop's next pass, since libuv runs timers first; and a
+      // process that was given no CPU had its I/O threads held too. So no comm is judged quiet
+      // at such a tick (heartbeats still go), never twice in a row: a loop late at every tick
+      // still judges at every other one.
+      const judge = late < every || !judged;
+      judged = judge;
+      for (const c of this.comms.values()) c.endpoint.tick(now, timeoutMs, judge);
+      this.transport?.tick?.(now, timeoutMs, judge);
       this.transport?.flush();
       this.adaptSpin();
     }, every).unref();
+  }
+
+  /** What this thread has done so far, for the watchdog's WARN on a held loop (holdLine). */
+  private holdSample(): HoldSample {
+    return { cpu: this.host.threadCpu(), busy: this.host.busy(), wait: this.host.runWait?.() ?? -1, longest: this.host.longest?.() };
   }
 
   /**

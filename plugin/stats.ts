@@ -36,6 +36,40 @@ export function threadStatsLine(thread: number, s: ThreadStats, cpuNow: number, 
   );
 }
 
+/** What a protocol thread had done, sampled at each watchdog tick (for holdLine). */
+export interface HoldSample {
+  /** Thread CPU, µs. */
+  cpu: number;
+  /** µs in turns and control calls. */
+  busy: number;
+  /** µs waited for a CPU while runnable; -1 where unknown. */
+  wait: number;
+  /** The longest turn or control call since the sample before (what: "turn" or the call's name). */
+  longest?: { us: number; what: string | null };
+}
+
+/**
+ * What the thread did while its event loop was held for heldMs between two samples: whether
+ * tsnet's own calls held it, code outside them (Node's callbacks), a host that gave it no CPU,
+ * or a wait (a lock, a system call) in which it used none. The watchdog's WARN ends with it.
+ */
+export function holdLine(heldMs: number, a: HoldSample, b: HoldSample): string {
+  const ms = (us: number) => Math.round(us / 1000);
+  const cpu = ms(b.cpu - a.cpu);
+  const busy = ms(b.busy - a.busy);
+  const wait = a.wait >= 0 && b.wait >= 0 ? ms(b.wait - a.wait) : -1;
+  const long = b.longest && b.longest.what ? b.longest : undefined;
+  const parts = [`meanwhile the thread used ${cpu} ms of CPU`, `${busy} ms in tsnet's turns and calls${long ? ` (the longest: ${long.what}, ${ms(long.us)} ms)` : ''}`];
+  if (wait >= 0) parts.push(`and waited ${wait} ms for a CPU`);
+  const half = heldMs / 2;
+  let why: string;
+  if (wait >= half) why = 'the host gave it no CPU';
+  else if (busy >= half) why = long && ms(long.us) >= half ? `its call ${long.what} held it` : "tsnet's own work held it";
+  else if (cpu >= half) why = 'code outside tsnet\'s calls held it';
+  else why = 'it neither ran nor waited for a CPU: blocked (a lock, a system call), not woken, or the process was stopped';
+  return `${parts.join(', ')}: ${why}`;
+}
+
 /** WakeDelays::kBuckets (native/wake_delays.h): the last bucket holds every longer delay. */
 export const WAKE_BUCKETS = 16;
 

@@ -110,12 +110,12 @@ export abstract class Endpoint implements LinkEvents {
     this.fail(err);
   }
 
-  /** Periodic: heartbeats and the dead-peer check. */
-  tick(now: number, timeoutMs: number): void {
+  /** Periodic: heartbeats and the dead-peer check (judge: false at the watchdog's first tick after the thread was held). */
+  tick(now: number, timeoutMs: number, judge = true): void {
     if (this.failed) return;
     // No heartbeat to a peer that has ended: it reads nothing more.
     if (!this.peerDone && now - this.link.wrote >= timeoutMs / 4) this.link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, NO_OP);
-    if (this.pending > 0 && now - this.link.heard > timeoutMs) {
+    if (judge && this.pending > 0 && now - this.link.heard > timeoutMs) {
       // Before failing: where the bytes wait, so that a peer that is alive but stuck can be told
       // from one that is gone (the link's sockets, queues and I/O threads, one WARN per lane).
       for (const line of this.link.describe?.() ?? []) log.warn(`${this.name}: ${line}`);

@@ -171,9 +171,9 @@ export class Receiver extends Endpoint {
   }
 
   /** Periodic: also fails a link whose oldest message has matched nothing for the whole timeout. */
-  override tick(now: number, timeoutMs: number): void {
-    super.tick(now, timeoutMs);
-    if (this.failed || this.matcher.waiting === 0 || this.matcher.posted === 0) return;
+  override tick(now: number, timeoutMs: number, judge = true): void {
+    super.tick(now, timeoutMs, judge);
+    if (!judge || this.failed || this.matcher.waiting === 0 || this.matcher.posted === 0) return;
     const w = this.matcher.oldestWaiting()!;
     if (now - w.msg.arrived > timeoutMs)
       this.fail(invalidUsage(

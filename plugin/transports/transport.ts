@@ -72,8 +72,8 @@ export interface CommBase {
   trace: RequestTrace | undefined;
   /** Starts taking the transport's events (after the plugin has registered the comm). */
   start(): void;
-  /** Periodic: liveness. */
-  tick(now: number, timeoutMs: number): void;
+  /** Periodic: liveness; judge: whether silence may fail it now (false at the watchdog's first tick after the thread was held). */
+  tick(now: number, timeoutMs: number, judge?: boolean): void;
   /** Closes it; requests in flight are cancelled and their memory never touched again. */
   close(): void;
   fail(err: NetError): void;
@@ -118,7 +118,7 @@ export interface Transport {
   register?(region: Region, dev: number): void;
   deregister?(region: Region, dev: number): void;
   /** Periodic, per thread: liveness of comms the transport ticks itself. */
-  tick?(now: number, timeoutMs: number): void;
+  tick?(now: number, timeoutMs: number, judge?: boolean): void;
   /**
    * The thread has no context, comm or listener left (the last finalize): resources the
    * transport opened lazily go (libfabric endpoints: shm's leave a region in /dev/shm

@@ -95,6 +95,15 @@ __attribute__((format(printf, 1, 2))) static void note(const char* fmt, ...) {
 // WARN lines the plugin logged in this process (any thread).
 static atomic_int g_warn_count;
 
+// The `held` scenario: the next WARN that contains g_hold_match is held inside the logger for
+// g_hold_ms (once), as an application whose logger blocks holds the plugin's thread; the WARNs
+// about a held event loop are counted and the last one kept.
+static atomic_int g_hold_ms;
+static const char* volatile g_hold_match;
+static pthread_mutex_t g_held_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_held_line[1024];
+static atomic_int g_held_count;
+
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
   (void)flags;
   (void)file;
@@ -106,6 +115,17 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  if (level == TSN_LOG_WARN && strstr(msg, "event loop was held for")) {
+    pthread_mutex_lock(&g_held_mu);
+    snprintf(g_held_line, sizeof g_held_line, "%s", msg);
+    pthread_mutex_unlock(&g_held_mu);
+    atomic_fetch_add(&g_held_count, 1);
+  }
+  const char* hold = g_hold_match;
+  if (level == TSN_LOG_WARN && hold && strstr(msg, hold)) {
+    int ms = atomic_exchange(&g_hold_ms, 0);
+    if (ms > 0) usleep((useconds_t)ms * 1000);
+  }
   char prefix[sizeof g_prefix];
   pthread_mutex_lock(&g_prefix_mu);
   memcpy(prefix, g_prefix, sizeof prefix);
@@ -1782,6 +1802,14 @@ static int max_recvs(const Net* n) {
 
 #define COMM_ID 0x74736e6574300001ULL
 
+// open_net, then init_ctx; on failure the library is closed again. Returns 0 on success.
+static int open_with_ctx(Net* n, int version, void** ctx) {
+  if (open_net(n, version)) return -1;
+  if (init_ctx(n, ctx, COMM_ID) == 0) return 0;
+  shim_close(n);
+  return -1;
+}
+
 static const char* g_rdv;       // --rendezvous DIR: where the roles leave their messages
 static int g_pair_seq;          // pairs run so far in this scenario (names the rendezvous files)
 
@@ -3277,12 +3305,8 @@ static void sc_stranger(int version) {
     return;
   }
   Net n;
-  if (open_net(&n, version)) return;
   void* ctx = NULL;
-  if (init_ctx(&n, &ctx, COMM_ID)) {
-    shim_close(&n);
-    return;
-  }
+  if (open_with_ctx(&n, version, &ctx)) return;
   uint8_t h[TSN_HANDLE_SIZE];
   memset(h, 0, sizeof h);
   void* lc = NULL;
@@ -3552,6 +3576,101 @@ static int pc_step(Role* r) {
 static const PairScenario PEERCLOSE = {"peerclose", {pc_setup, pc_step}, {pc_setup, pc_step}};
 static void sc_peerclose(int v) { run_pair(v, &PEERCLOSE, 0); }
 
+// ---------------------------------------------------------------- held
+
+// The last WARN about a held event loop since held_reset(), and how many there were.
+static void held_reset(void) {
+  pthread_mutex_lock(&g_held_mu);
+  g_held_line[0] = 0;
+  pthread_mutex_unlock(&g_held_mu);
+  atomic_store(&g_held_count, 0);
+}
+static int held_last(char* out, size_t len) {
+  pthread_mutex_lock(&g_held_mu);
+  snprintf(out, len, "%s", g_held_line);
+  pthread_mutex_unlock(&g_held_mu);
+  return atomic_load(&g_held_count);
+}
+
+// The protocol thread's event loop held past TSNET_TIMEOUT_SEC (run it with 1 s): first the
+// whole process stopped (SIGSTOP from a child, as when a VM is paused or a job preempted), then
+// a control call whose WARN the application's logger held. The watchdog's WARN says what the
+// thread did meanwhile, and a comm whose peer is alive (here: the same process, stopped with it)
+// is not failed for the silence that the stop made.
+static void sc_held(int version) {
+  set_prefix(version, "held", NULL);
+  Net n;
+  void* ctx = NULL;
+  if (open_with_ctx(&n, version, &ctx)) return;
+  double limit = timeout_sec();
+  int hold_ms = (int)(1500 * limit), tick_us = (int)(250000 * limit);
+  enum { SIZE = 4096 };
+  uint8_t* sbuf = malloc(SIZE);
+  uint8_t* rbuf = calloc(1, SIZE);
+  char line[1024];
+  void *lc, *sc, *rc;
+  if (pair_open(&n, ctx, &lc, &sc, &rc) == 0) {
+    void *sm = NULL, *rm = NULL, *rreq = NULL, *sreq = NULL;
+    shim_reg_mr(&n, sc, sbuf, SIZE, TSN_PTR_HOST, &sm);
+    shim_reg_mr(&n, rc, rbuf, SIZE, TSN_PTR_HOST, &rm);
+    tsn_result_t r = recv_one(&n, rc, rbuf, SIZE, 5, rm, &rreq);
+    check(r == TSN_SUCCESS && rreq, "a receive waits for its message (rc %d)", r);
+    usleep(2 * tick_us);  // heartbeats flow before the stop
+    held_reset();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    if (child == 0) {
+      kill(getppid(), SIGSTOP);
+      usleep((useconds_t)hold_ms * 1000);
+      kill(getppid(), SIGCONT);
+      _exit(0);
+    }
+    int st = 0;
+    if (child > 0) waitpid(child, &st, 0);
+    double resumed = now_s();
+    usleep(3 * tick_us);  // three watchdog ticks after the stop
+    int done = 0, size = -1;
+    r = rreq ? shim_test(&n, rreq, &done, &size) : -1;
+    check(child > 0 && r == TSN_SUCCESS && !done,
+          "stopped for %.1f s (TSNET_TIMEOUT_SEC %.0f), the process goes on: the receive still waits, its peer alive (rc %d, done %d)",
+          hold_ms / 1000.0, limit, r, done);
+    memset(sbuf, 0x5a, SIZE);
+    for (double end = now_s() + g_timeout; !sreq && now_s() < end;) shim_isend(&n, sc, sbuf, SIZE, 5, sm, &sreq);
+    tsn_result_t a = sreq ? wait_req(&n, sreq, NULL, g_timeout) : -1;
+    tsn_result_t b = r == TSN_SUCCESS && !done ? wait_req(&n, rreq, &size, g_timeout) : -1;
+    check(a == 0 && b == 0 && size == SIZE && rbuf[0] == 0x5a && rbuf[SIZE - 1] == 0x5a,
+          "then its message arrives, whole (rc %d, %d, %d bytes, %.2f s after the stop)", a, b, size, now_s() - resumed);
+    int count = held_last(line, sizeof line);
+    check(count >= 1 && strstr(line, "; meanwhile the thread used ") && strstr(line, " ms of CPU, "),
+          "the watchdog said the loop was held, and what the thread did meanwhile (%d WARN): %s", count, line);
+    // 2. A control call held: its WARN (a connect with a handle that is not one) is held in the
+    //    logger, on the protocol thread, inside the call.
+    held_reset();
+    uint8_t junk[TSN_HANDLE_SIZE];
+    memset(junk, 0xee, sizeof junk);
+    g_hold_match = "connect";
+    atomic_store(&g_hold_ms, hold_ms);
+    void* bad = NULL;
+    double t0 = now_s();
+    r = shim_connect(&n, ctx, 0, junk, &bad);
+    double took = now_s() - t0;
+    g_hold_match = NULL;
+    usleep(3 * tick_us);
+    count = held_last(line, sizeof line);
+    check(r != TSN_SUCCESS && !bad && took >= hold_ms / 1000.0 * 0.9, "connect with a handle that is not one fails, its WARN held %.1f s in the logger (rc %d)",
+          took, r);
+    check(count >= 1 && strstr(line, "its call connect held it"), "the watchdog names the call that held the loop (%d WARN): %s", count, line);
+    if (sm) shim_dereg_mr(&n, sc, sm);
+    if (rm) shim_dereg_mr(&n, rc, rm);
+    pair_close(&n, lc, sc, rc, 1);
+  }
+  free(sbuf);
+  free(rbuf);
+  fini_ctx(&n, ctx);
+  shim_close(&n);
+}
+
 enum { ONE_PROC = 0, PAIR = 1, OWN_PROCS = 2 };
 typedef struct Scenario {
   const char* name;
@@ -3575,6 +3694,7 @@ static const Scenario SCENARIOS[] = {
     {"fork", sc_fork, ONE_PROC, 1, "a child forked with comms open: its calls fail at once, it exits, the parent goes on"},
     {"stale", sc_stale, ONE_PROC, 1, "handles given back, used again: refused with a WARN, never acting on a newer handle"},
     {"exitbusy", sc_exitbusy, OWN_PROCS, 0, "processes exit() while a thread connects and closes pairs: no fault (not in all)"},
+    {"held", sc_held, ONE_PROC, 0, "the process stopped, then a call held, past TSNET_TIMEOUT_SEC: comms live on, the WARN says why (not in all: run with TSNET_TIMEOUT_SEC=1)"},
     {"stopped", sc_stopped, ONE_PROC, 0, "the plugin's thread stops with comms open: later calls fail at once (not in all: needs TSNET_TEST_EXIT_FILE)"},
     {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
     {"stranger", sc_stranger, OWN_PROCS, 1, "raw TCP clients on a listener's port, then a real connection (TCP)"},

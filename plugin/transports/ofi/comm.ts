@@ -163,14 +163,14 @@ export abstract class OfiComm {
   /**
    * Heartbeats when quiet for a quarter of the timeout; fails when the peer is silent for all of
    * it with work pending, or, where its process is watched, quiet for PROBE_MS and that process
-   * is gone.
+   * is gone. Silence fails nothing where judge is false (Transport.tick); a process found gone does.
    */
-  tick(now: number, timeoutMs: number): void {
+  tick(now: number, timeoutMs: number, judge = true): void {
     if (this.failed || this.closed || this.peerComm === 0) return;
     if (this.peerClosedAt >= 0) {
       // No heartbeats to a comm that is gone, and no silence check: the CLOSE said it all.
       const since = now - this.peerClosedAt;
-      if (this.pending > 0 && since >= closeGraceMs(timeoutMs))
+      if (judge && this.pending > 0 && since >= closeGraceMs(timeoutMs))
         this.fail(remoteError(`${this.name}: the peer closed its comm ${(since / 1000).toFixed(1)} s ago with requests pending here`));
       return;
     }
@@ -186,7 +186,7 @@ export abstract class OfiComm {
       const gone = this.ep.procs!.gone(this.peerPid, this.peerStart);
       if (gone) return this.fail(remoteError(`${this.name}: the peer's ${gone}`));
     }
-    if (this.pending > 0 && now - this.heardAt > timeoutMs)
+    if (judge && this.pending > 0 && now - this.heardAt > timeoutMs)
       this.fail(remoteError(`${this.name}: nothing heard from the peer for ${((now - this.heardAt) / 1000).toFixed(1)} s with ${this.pending} request(s) pending`));
   }
 

@@ -287,7 +287,7 @@ export class OfiEndpoint {
   }
 
   /** Periodic: frees the memory of comms whose quarantine ended, ticks every comm. */
-  tick(now: number, timeoutMs = this.timeoutMs): void {
+  tick(now: number, timeoutMs = this.timeoutMs, judge = true): void {
     this.now = now;
     if (this.retired.length) {
       const keep = [];
@@ -295,7 +295,7 @@ export class OfiEndpoint {
       else keep.push(x);
       this.retired = keep;
     }
-    for (const c of this.live) c.tick(now, timeoutMs);
+    for (const c of this.live) c.tick(now, timeoutMs, judge);
   }
 
   /**

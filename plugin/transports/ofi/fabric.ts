@@ -172,8 +172,8 @@ export interface SendComm {
   trace?: StepTrace;
   /** Requests posted and not yet completed. */
   readonly pending: number;
-  /** Heartbeats and the dead-peer check. */
-  tick(now: number, timeoutMs: number): void;
+  /** Heartbeats and the dead-peer check (judge: as Transport.tick's). */
+  tick(now: number, timeoutMs: number, judge?: boolean): void;
   /** Drops every pending request (no completions); nothing of this comm reaches another. */
   close(): void;
   /** Completes every pending request, and every later one, with err's code. */
@@ -188,7 +188,7 @@ export interface RecvComm {
   trace?: StepTrace;
   iflush(slot: number, bufs: ReqBuf[]): void;
   readonly pending: number;
-  tick(now: number, timeoutMs: number): void;
+  tick(now: number, timeoutMs: number, judge?: boolean): void;
   close(): void;
   fail(err: NetError): void;
   readonly failed: NetError | undefined;

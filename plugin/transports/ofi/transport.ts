@@ -384,8 +384,8 @@ export class OfiTransport implements Transport {
     return this.portRef?.backlog ?? false;
   }
 
-  tick(now: number, timeoutMs: number): void {
-    for (const ep of this.endpoints) ep?.tick(now, timeoutMs);
+  tick(now: number, timeoutMs: number, judge = true): void {
+    for (const ep of this.endpoints) ep?.tick(now, timeoutMs, judge);
     for (const rails of this.railsOf) for (const r of rails) if (r.deregsPending) r.retryDeregs(now, timeoutMs);
     const stalled = stallWarnings(this.binding, this.opened.nics[0].provider, timeoutMs);
     for (const line of stalled) log.warn(line);

@@ -6,6 +6,7 @@
 // comm nor breaks the listener.
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
+import { afterIoTimeout } from '../../clock';
 import type { Config } from '../../config';
 import type { LaneBinding } from '../../engine/native-link';
 import { NativeLink } from '../../engine/native-link';
@@ -51,7 +52,10 @@ function adopt(io: TcpIo, socks: net.Socket[], policy: SchedulePolicy, what: str
 function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefined, h?: Hello) => void): void {
   const parts: Buffer[] = [];
   let have = 0;
+  let done = false;
   const finish = (err?: Error, h?: Hello) => {
+    if (done) return;
+    done = true;
     sock.removeListener('data', onData);
     sock.removeListener('error', onError);
     sock.removeListener('end', onEnd);
@@ -80,7 +84,9 @@ function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefi
   sock.on('data', onData);
   sock.on('error', onError);
   sock.on('end', onEnd);
-  sock.setTimeout(timeoutMs, () => finish(new Error(`no greeting within ${timeoutMs} ms`)));
+  // Judged after the socket's waiting events (afterIoTimeout): a greeting that came while the
+  // thread was held is read first.
+  sock.setTimeout(timeoutMs, () => setImmediate(() => finish(new Error(`no greeting within ${timeoutMs} ms`))));
 }
 
 interface Incoming {
@@ -150,9 +156,11 @@ class TcpListener implements Listener {
         inc = {
           socks: new Array(1 + h.lanes).fill(undefined),
           lanes: h.lanes,
-          timer: setTimeout(() => {
+          timer: afterIoTimeout(() => {
+            const late = this.incoming.get(key);
+            if (!late || this.closed) return; // completed (or dropped) while the judgement waited
             this.refusals.refuse(from, `connection ${key} did not complete within ${this.timeoutMs} ms`);
-            this.drop(this.incoming.get(key));
+            this.drop(late);
             this.incoming.delete(key);
           }, this.timeoutMs),
         };
@@ -269,7 +277,9 @@ class TcpConnector implements Connector {
       s.on('error', (e) => this.fail(systemError(`connect to ${rail.address}:${rail.port}: ${e.message}`)));
       this.socks.push(s);
     }
-    this.timer = setTimeout(() => this.fail(systemError(`connect: no answer from ${h.rails[0].address}:${h.rails[0].port} within ${timeoutMs} ms`)), timeoutMs);
+    // fail() ignores it once the link is up: an answer that came while the thread was held is
+    // read before this judgement (afterIoTimeout).
+    this.timer = afterIoTimeout(() => this.fail(systemError(`connect: no answer from ${h.rails[0].address}:${h.rails[0].port} within ${timeoutMs} ms`)), timeoutMs);
   }
 
   poll(hooks: CommHooks): SendComm | undefined {
