@@ -49,9 +49,11 @@ export interface HoldSample {
 }
 
 /**
- * What the thread did while its event loop was held for heldMs between two samples: whether
- * tsnet's own calls held it, code outside them (Node's callbacks), a host that gave it no CPU,
- * or a wait (a lock, a system call) in which it used none. The watchdog's WARN ends with it.
+ * What the thread did while its event loop was held for heldMs between two samples, read from
+ * its CPU, its time in tsnet's turns and calls (wall time: a call the thread sat in counts whole)
+ * and its time waiting for a CPU: a host that gave it none; a call of tsnet's (by name) or code
+ * outside tsnet's calls that ran all along; a call it sat in without running (a lock, a system
+ * call, or the process stopped while inside it); or none of these. The watchdog's WARN ends with it.
  */
 export function holdLine(heldMs: number, a: HoldSample, b: HoldSample): string {
   const ms = (us: number) => Math.round(us / 1000);
@@ -62,10 +64,12 @@ export function holdLine(heldMs: number, a: HoldSample, b: HoldSample): string {
   const parts = [`meanwhile the thread used ${cpu} ms of CPU`, `${busy} ms in tsnet's turns and calls${long ? ` (the longest: ${long.what}, ${ms(long.us)} ms)` : ''}`];
   if (wait >= 0) parts.push(`and waited ${wait} ms for a CPU`);
   const half = heldMs / 2;
+  const oneCall = long && ms(long.us) >= half ? long.what : undefined;
   let why: string;
   if (wait >= half) why = 'the host gave it no CPU';
-  else if (busy >= half) why = long && ms(long.us) >= half ? `its call ${long.what} held it` : "tsnet's own work held it";
-  else if (cpu >= half) why = 'code outside tsnet\'s calls held it';
+  else if (cpu >= half && busy >= half) why = oneCall ? `its call ${oneCall} held it, running` : "tsnet's own work held it, running";
+  else if (cpu >= half) why = "code outside tsnet's calls held it, running";
+  else if (oneCall) why = `it sat in its call ${oneCall}, neither running nor waiting for a CPU: blocked (a lock, a system call), or the process was stopped`;
   else why = 'it neither ran nor waited for a CPU: blocked (a lock, a system call), not woken, or the process was stopped';
   return `${parts.join(', ')}: ${why}`;
 }

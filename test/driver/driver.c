@@ -3660,7 +3660,7 @@ static void sc_held(int version) {
     count = held_last(line, sizeof line);
     check(r != TSN_SUCCESS && !bad && took >= hold_ms / 1000.0 * 0.9, "connect with a handle that is not one fails, its WARN held %.1f s in the logger (rc %d)",
           took, r);
-    check(count >= 1 && strstr(line, "its call connect held it"), "the watchdog names the call that held the loop (%d WARN): %s", count, line);
+    check(count >= 1 && strstr(line, "it sat in its call connect, "), "the watchdog names the call the thread sat in (%d WARN): %s", count, line);
     if (sm) shim_dereg_mr(&n, sc, sm);
     if (rm) shim_dereg_mr(&n, rc, rm);
     pair_close(&n, lc, sc, rc, 1);
