@@ -27,14 +27,3 @@ export function setClock(c: Clock | undefined): Clock {
   source = c ?? fallback;
   return old;
 }
-
-/**
- * A timeout for an answer that comes through a socket of this thread's event loop: fn runs once
- * the loop, after the deadline, has also taken the socket events that waited. libuv runs expired
- * timers before it polls for I/O, so after the thread was held past a deadline (a long call, or
- * a host that gave it no CPU) a plain timer judged an answer that already sat in a socket as
- * missing. fn must check that it is still wanted: clearTimeout after the deadline does not stop it.
- */
-export function afterIoTimeout(fn: () => void, ms: number): ReturnType<typeof setTimeout> {
-  return setTimeout(() => setImmediate(fn), ms);
-}

@@ -281,12 +281,14 @@ export class Plugin {
       this.turn(0);
       // After a tick or more held, what waits in this thread's own sockets (Node's: connects,
       // greetings) comes only in the loop's next pass, since libuv runs timers first; and a
-      // process that was given no CPU had its I/O threads held too. So no comm is judged quiet
-      // at such a tick (heartbeats still go), never twice in a row: a loop late at every tick
-      // still judges at every other one.
+      // process that was given no CPU had its I/O threads held too. So no comm, connect or
+      // greeting is judged at such a tick (heartbeats still go), never twice in a row: a loop
+      // late at every tick still judges at every other one.
       const judge = late < every || !judged;
       judged = judge;
       for (const c of this.comms.values()) c.endpoint.tick(now, timeoutMs, judge);
+      for (const c of this.connecting.values()) c.tick?.(now, timeoutMs, judge);
+      for (const l of this.listeners.values()) l.listener.tick?.(now, timeoutMs, judge);
       this.transport?.tick?.(now, timeoutMs, judge);
       this.transport?.flush();
       this.adaptSpin();

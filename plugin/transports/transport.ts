@@ -96,12 +96,16 @@ export interface Listener {
   /** A comm a peer connected, or undefined while none is ready. Throws on failure. */
   accept(hooks: CommHooks): RecvComm | undefined;
   close(): void;
+  /** Periodic (the watchdog): connections that are not complete in time are dropped, only where judge (Transport.tick). */
+  tick?(now: number, timeoutMs: number, judge: boolean): void;
 }
 
 export interface Connector {
   /** The comm once it is up, or undefined while not yet. Throws (NetError) on failure. */
   poll(hooks: CommHooks): SendComm | undefined;
   close(): void;
+  /** Periodic (the watchdog): no answer in time fails the connect, only where judge (Transport.tick). */
+  tick?(now: number, timeoutMs: number, judge: boolean): void;
 }
 
 export interface Transport {

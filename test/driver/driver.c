@@ -3592,11 +3592,29 @@ static int held_last(char* out, size_t len) {
   return atomic_load(&g_held_count);
 }
 
+// Stops this whole process for ms (SIGSTOP from a child, then SIGCONT), as when a VM is paused
+// or a job preempted; returns when it runs again, or -1 when no child could be made.
+static int stop_self(int ms) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t child = fork();
+  if (child == 0) {
+    kill(getppid(), SIGSTOP);
+    usleep((useconds_t)ms * 1000);
+    kill(getppid(), SIGCONT);
+    _exit(0);
+  }
+  if (child < 0) return -1;
+  int st = 0;
+  waitpid(child, &st, 0);
+  return 0;
+}
+
 // The protocol thread's event loop held past TSNET_TIMEOUT_SEC (run it with 1 s): first the
-// whole process stopped (SIGSTOP from a child, as when a VM is paused or a job preempted), then
-// a control call whose WARN the application's logger held. The watchdog's WARN says what the
-// thread did meanwhile, and a comm whose peer is alive (here: the same process, stopped with it)
-// is not failed for the silence that the stop made.
+// whole process stopped, then a control call whose WARN the application's logger held, then a
+// connect begun before a stop. The watchdog's WARN says what the thread did meanwhile; a comm
+// whose peer is alive (here: the same process, stopped with it) is not failed for the silence
+// that the stop made, and a connect is not failed for the answer the stop delayed.
 static void sc_held(int version) {
   set_prefix(version, "held", NULL);
   Net n;
@@ -3617,22 +3635,12 @@ static void sc_held(int version) {
     check(r == TSN_SUCCESS && rreq, "a receive waits for its message (rc %d)", r);
     usleep(2 * tick_us);  // heartbeats flow before the stop
     held_reset();
-    fflush(stdout);
-    fflush(stderr);
-    pid_t child = fork();
-    if (child == 0) {
-      kill(getppid(), SIGSTOP);
-      usleep((useconds_t)hold_ms * 1000);
-      kill(getppid(), SIGCONT);
-      _exit(0);
-    }
-    int st = 0;
-    if (child > 0) waitpid(child, &st, 0);
+    int stopped = stop_self(hold_ms);
     double resumed = now_s();
     usleep(3 * tick_us);  // three watchdog ticks after the stop
     int done = 0, size = -1;
     r = rreq ? shim_test(&n, rreq, &done, &size) : -1;
-    check(child > 0 && r == TSN_SUCCESS && !done,
+    check(stopped == 0 && r == TSN_SUCCESS && !done,
           "stopped for %.1f s (TSNET_TIMEOUT_SEC %.0f), the process goes on: the receive still waits, its peer alive (rc %d, done %d)",
           hold_ms / 1000.0, limit, r, done);
     memset(sbuf, 0x5a, SIZE);
@@ -3661,6 +3669,24 @@ static void sc_held(int version) {
     check(r != TSN_SUCCESS && !bad && took >= hold_ms / 1000.0 * 0.9, "connect with a handle that is not one fails, its WARN held %.1f s in the logger (rc %d)",
           took, r);
     check(count >= 1 && strstr(line, "it sat in its call connect, "), "the watchdog names the call the thread sat in (%d WARN): %s", count, line);
+    // 3. A connect begun, then the process stopped before anything answered it: once it runs
+    //    again the connect and the accept complete (before, the deadline that passed during the
+    //    stop failed the connect at once: "no answer ... within 1000 ms").
+    void *l3 = NULL, *s3 = NULL, *r3 = NULL;
+    uint8_t h3[TSN_HANDLE_SIZE];
+    memset(h3, 0, sizeof h3);
+    r = shim_listen(&n, ctx, g_dev, h3, &l3);
+    if (check(r == TSN_SUCCESS && l3, "listen (rc %d)", r)) {
+      tsn_result_t a = shim_connect(&n, ctx, g_dev, h3, &s3), b = TSN_SUCCESS;
+      stopped = stop_self(hold_ms);
+      for (double end = now_s() + g_timeout; (!s3 || !r3) && a == TSN_SUCCESS && b == TSN_SUCCESS && now_s() < end;) {
+        if (!s3) a = shim_connect(&n, ctx, g_dev, h3, &s3);
+        if (!r3) b = shim_accept(&n, l3, &r3);
+      }
+      check(stopped == 0 && a == TSN_SUCCESS && b == TSN_SUCCESS && s3 && r3,
+            "a connect begun before the process was stopped for %.1f s completes once it runs again (rc %d, %d)", hold_ms / 1000.0, a, b);
+      pair_close(&n, l3, s3, r3, 1);
+    }
     if (sm) shim_dereg_mr(&n, sc, sm);
     if (rm) shim_dereg_mr(&n, rc, rm);
     pair_close(&n, lc, sc, rc, 1);

@@ -5,6 +5,7 @@
 // no comm (before, "nothing heard from the peer for 1.5 s" failed the waiting receive). The
 // watchdog's WARN says what the thread did meanwhile: after the stop, that it neither ran nor
 // waited for a CPU; after the held call, that it sat in that call (by name) without running.
+// Last, a connect begun before a stop completes after it (over TCP its own timer failed it).
 import { describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
 import { HAVE_LIBFABRIC, LIB, ROOT, buildDriver, driverEnv, requireLib } from './build-driver';
@@ -29,6 +30,7 @@ describe('an event loop held past the timeout: comms with live peers go on, the 
       expect(r.status).toBe(0);
       expect(r.stdout).toMatch(/^ok - v12 held: stopped for 1\.5 s \(TSNET_TIMEOUT_SEC 1\), the process goes on: the receive still waits/m);
       expect(r.stdout).toMatch(/^ok - v12 held: then its message arrives, whole/m);
+      expect(r.stdout).toMatch(/^ok - v12 held: a connect begun before the process was stopped for 1\.5 s completes once it runs again/m);
       expect(all).not.toMatch(/nothing heard from the peer/);
       const held = all.split('\n').filter((l) => /NET\/tsnet protocol thread 0: its event loop was held for \d+ ms/.test(l));
       expect(held.some((l) => /: it neither ran nor waited for a CPU: blocked \(a lock, a system call\), not woken, or the process was stopped$/.test(l)), held.join('\n')).toBe(true);

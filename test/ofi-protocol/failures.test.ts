@@ -376,6 +376,34 @@ describe('close with requests in flight', () => {
     expect(warns.filter((m) => /listener \d+, which is closed .*; refused/.test(m))).toHaveLength(1);
   });
 
+  it('a connect is judged at the watchdog\'s ticks: held past its deadline it takes the ACCEPT that waited; with no answer a judged tick fails it', () => {
+    const w = new World({ timeoutMs: 1000 });
+    const l = w.b.ep.listen();
+    const c = w.a.ep.connect(l.handle);
+    // The thread (or the whole process) is held past the deadline before anything moved: the
+    // first tick after it judges nothing, and the answer that comes then is taken.
+    w.now += 1500;
+    w.a.ep.tick(w.now, 1000, false);
+    expect(c.poll(w.a.complete)).toBeUndefined();
+    w.settle();
+    const send = c.poll(w.a.complete);
+    const recv = l.accept(w.b.complete);
+    expect(send && recv).toBeTruthy();
+    expect(oneMessage(w, send!, recv!, 100, 6)).toEqual(pattern(6, 100));
+    // No answer at all (nothing delivers the CONNECT): not failed before the deadline, failed at
+    // the first judged tick past it.
+    const l2 = w.b.ep.listen();
+    const c2 = w.a.ep.connect(l2.handle);
+    w.now += 900;
+    w.a.ep.tick(w.now);
+    expect(c2.poll(w.a.complete)).toBeUndefined();
+    w.now += 200;
+    expect(c2.poll(w.a.complete)).toBeUndefined(); // past the deadline, but no tick has judged it
+    w.a.ep.tick(w.now);
+    expect(() => c2.poll(w.a.complete)).toThrow(/send comm \d+: connect: no answer from the listener within 1000 ms/);
+    expect(warns).toEqual([]);
+  });
+
   it('closing a listener refuses later connects; a stale handle is refused; both fail at once with the reason, not at the timeout', () => {
     const w = new World({ timeoutMs: 1000 });
     const l = w.b.ep.listen();

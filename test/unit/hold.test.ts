@@ -1,9 +1,6 @@
 // A protocol thread whose event loop was held: the watchdog's WARN says what the thread did
-// meanwhile (plugin/stats.ts holdLine), and timeouts for answers through the thread's own
-// sockets are judged after those sockets' waiting events (plugin/clock.ts afterIoTimeout).
+// meanwhile (plugin/stats.ts holdLine).
 import { describe, expect, it } from 'vitest';
-import * as net from 'node:net';
-import { afterIoTimeout } from '../../plugin/clock';
 import { type HoldSample, holdLine } from '../../plugin/stats';
 
 const at = (cpuMs: number, busyMs: number, waitMs: number, longest?: [string, number]): HoldSample => ({
@@ -42,44 +39,5 @@ describe('the watchdog\'s account of a held event loop', () => {
     const line = holdLine(2000, at(0, 0, -1), at(1900, 0, -1));
     expect(line).not.toMatch(/waited/);
     expect(line).toMatch(/: code outside tsnet's calls held it, running$/);
-  });
-});
-
-describe('timeouts judged after the socket events that waited (afterIoTimeout)', () => {
-  // The thread is held past the deadline while the answer is already in the socket: with a
-  // plain timer the timeout came first (libuv runs timers before it polls); judged after the
-  // socket's events, the answer comes first.
-  async function order(timer: (fn: () => void, ms: number) => unknown): Promise<string[]> {
-    const seen: string[] = [];
-    const server = net.createServer();
-    await new Promise<void>((res) => server.listen(0, '127.0.0.1', res));
-    const port = (server.address() as net.AddressInfo).port;
-    const accepted = new Promise<net.Socket>((res) => server.once('connection', res));
-    const client = net.connect(port, '127.0.0.1');
-    await new Promise<void>((res) => client.once('connect', () => res()));
-    const peer = await accepted;
-    try {
-      client.on('data', () => seen.push('answer'));
-      timer(() => seen.push('timeout'), 50);
-      peer.write('x'); // in the client's socket within microseconds
-      const end = Date.now() + 200;
-      while (Date.now() < end) {
-        // held: no timer, no socket event
-      }
-      await new Promise((res) => setTimeout(res, 100));
-      return seen;
-    } finally {
-      client.destroy();
-      peer.destroy();
-      server.close();
-    }
-  }
-
-  it('a plain timer judges before the answer that waited (why afterIoTimeout exists)', async () => {
-    expect(await order(setTimeout)).toEqual(['timeout', 'answer']);
-  });
-
-  it('afterIoTimeout takes the answer first', async () => {
-    expect(await order(afterIoTimeout)).toEqual(['answer', 'timeout']);
   });
 });

@@ -4,7 +4,7 @@
 // answers ACCEPT (its rails, comm id and eager capacity). Rail addresses travel in these
 // messages because the 128-byte handle cannot hold many. Both stay non-blocking: accept and
 // poll answer undefined until their comm is ready, and NCCL calls again.
-import { internalError, systemError } from '../../errors';
+import { internalError } from '../../errors';
 import { log } from '../../log';
 import type { OfiEndpoint } from './endpoint';
 import type { Complete, RecvComm, SendComm } from './fabric';
@@ -99,7 +99,6 @@ export class OfiListener {
 
 export class OfiConnector {
   private readonly comm: OfiSendComm;
-  private readonly started: number;
   private taken = false;
 
   constructor(
@@ -114,7 +113,6 @@ export class OfiConnector {
       this.comm.close();
       throw e;
     }
-    this.started = ep.clock();
   }
 
   /** The send comm once the listener answered, or undefined while not yet. Throws on failure or timeout. */
@@ -130,11 +128,8 @@ export class OfiConnector {
       c.complete = complete;
       return c;
     }
+    // The deadline is judged at the watchdog's ticks (OfiSendComm.tick), which set connectError.
     const now = this.ep.clock();
-    if (now - this.started > this.ep.timeoutMs) {
-      this.close();
-      throw systemError(`${c.name}: connect: no answer from the listener within ${this.ep.timeoutMs} ms`);
-    }
     // No ACCEPT yet: CONNECT again when its send failed, or every RESEND_MS in case it was lost.
     if ((c.connectLost && now - c.connectSentAt >= RETRY_MS) || now - c.connectSentAt >= RESEND_MS) c.resendConnect();
     return undefined;

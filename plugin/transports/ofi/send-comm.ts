@@ -137,6 +137,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   /** When CONNECT was last sent (ep.clock()), and whether its send failed since. */
   connectSentAt = 0;
   connectLost = false;
+  /** When CONNECT was first sent: the connect's deadline counts from it (tick). */
+  private connectStartedAt = 0;
   private connectTo: { peer: number; listener: number; len: number } | undefined;
 
   /**
@@ -165,7 +167,22 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       out,
     );
     this.connectTo = { peer: this.ep.peerId(0, name), listener, len };
+    this.connectStartedAt = this.ep.clock();
     this.resendConnect();
+  }
+
+  /**
+   * While connecting: the listener's silence is judged here, at the watchdog's ticks, like a
+   * peer's (judge: Transport.tick's), so that a thread or process held past the deadline takes
+   * the ACCEPT that waited before it gives up. Once connected, the comm's own liveness.
+   */
+  override tick(now: number, timeoutMs: number, judge = true): void {
+    if (this.connectTo && !this.connected) {
+      if (judge && !this.connectError && !this.failed && !this.closed && now - this.connectStartedAt > timeoutMs)
+        this.connectError = systemError(`${this.name}: connect: no answer from the listener within ${timeoutMs} ms`);
+      return;
+    }
+    super.tick(now, timeoutMs, judge);
   }
 
   resendConnect(): void {

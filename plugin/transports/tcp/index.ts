@@ -6,7 +6,7 @@
 // comm nor breaks the listener.
 import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
-import { afterIoTimeout } from '../../clock';
+import { monoMs } from '../../clock';
 import type { Config } from '../../config';
 import type { LaneBinding } from '../../engine/native-link';
 import { NativeLink } from '../../engine/native-link';
@@ -47,9 +47,10 @@ function adopt(io: TcpIo, socks: net.Socket[], policy: SchedulePolicy, what: str
 /**
  * The listener's side: reads the greeting (HELLO_BYTES), then leaves the socket paused with
  * nothing buffered. It reads greedily: a connector sends nothing after its greeting before it
- * has every ACK, so more bytes are a stranger's.
+ * has every ACK, so more bytes are a stranger's. Returns what gives up on it (the listener's
+ * tick, when no greeting came in time): the socket is destroyed and cb gets the error.
  */
-function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefined, h?: Hello) => void): void {
+function readHello(sock: net.Socket, cb: (err: Error | undefined, h?: Hello) => void): (err: Error) => void {
   const parts: Buffer[] = [];
   let have = 0;
   let done = false;
@@ -59,7 +60,6 @@ function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefi
     sock.removeListener('data', onData);
     sock.removeListener('error', onError);
     sock.removeListener('end', onEnd);
-    sock.setTimeout(0);
     if (err) sock.destroy();
     cb(err, h);
   };
@@ -84,16 +84,17 @@ function readHello(sock: net.Socket, timeoutMs: number, cb: (err: Error | undefi
   sock.on('data', onData);
   sock.on('error', onError);
   sock.on('end', onEnd);
-  // Judged after the socket's waiting events (afterIoTimeout): a greeting that came while the
-  // thread was held is read first.
-  sock.setTimeout(timeoutMs, () => setImmediate(() => finish(new Error(`no greeting within ${timeoutMs} ms`))));
+  return (err) => finish(err);
 }
 
 interface Incoming {
   hello?: Hello; // the control socket's
   socks: (net.Socket | undefined)[];
   lanes: number;
-  timer: NodeJS.Timeout;
+  /** When its first socket greeted (monoMs). */
+  since: number;
+  /** Who it is (for the refusal's WARN). */
+  from: string;
 }
 
 class TcpListener implements Listener {
@@ -101,6 +102,8 @@ class TcpListener implements Listener {
   private readonly server: net.Server;
   private readonly nonce = randomBytes(8);
   private readonly incoming = new Map<string, Incoming>();
+  /** Sockets whose greeting has not come yet: since when (monoMs), and what gives up on them. */
+  private readonly greeting = new Map<net.Socket, { since: number; giveUp: (err: Error) => void }>();
   private readonly ready: StreamLink[] = [];
   private readonly refusals: RefusalLog;
   private closed = false;
@@ -131,6 +134,8 @@ class TcpListener implements Listener {
     this.closed = true;
     this.refusals.close();
     this.server.close();
+    for (const g of [...this.greeting.values()]) g.giveUp(new Error('the listener closed'));
+    this.greeting.clear();
     const waiting = this.incoming.size + this.ready.length;
     for (const inc of this.incoming.values()) this.drop(inc);
     this.incoming.clear();
@@ -138,10 +143,27 @@ class TcpListener implements Listener {
     if (waiting) log.info(`listener on ${this.dev.name}: closed with ${waiting} connection(s) not yet accepted; dropped`);
   }
 
+  /**
+   * The watchdog's tick: a socket with no greeting, and a connection not complete, for the
+   * timeout are refused. Not where judge is false (the first tick after the thread was held:
+   * what came meanwhile is read first).
+   */
+  tick(now: number, _timeoutMs: number, judge: boolean): void {
+    if (!judge || this.closed) return;
+    for (const g of [...this.greeting.values()]) if (now - g.since > this.timeoutMs) g.giveUp(new Error(`no greeting within ${this.timeoutMs} ms`));
+    for (const [key, inc] of [...this.incoming]) {
+      if (now - inc.since <= this.timeoutMs) continue;
+      this.refusals.refuse(inc.from, `connection ${key} did not complete within ${this.timeoutMs} ms`);
+      this.drop(inc);
+      this.incoming.delete(key);
+    }
+  }
+
   private greet(s: net.Socket): void {
     s.setNoDelay(true);
     const from = `${s.remoteAddress}:${s.remotePort}`;
-    readHello(s, this.timeoutMs, (err, h) => {
+    const giveUp = readHello(s, (err, h) => {
+      this.greeting.delete(s);
       if (this.closed) return s.destroy();
       const refuse = (why: string) => {
         this.refusals.refuse(from, why);
@@ -153,17 +175,7 @@ class TcpListener implements Listener {
       const key = h.connId.toString('hex');
       let inc = this.incoming.get(key);
       if (!inc) {
-        inc = {
-          socks: new Array(1 + h.lanes).fill(undefined),
-          lanes: h.lanes,
-          timer: afterIoTimeout(() => {
-            const late = this.incoming.get(key);
-            if (!late || this.closed) return; // completed (or dropped) while the judgement waited
-            this.refusals.refuse(from, `connection ${key} did not complete within ${this.timeoutMs} ms`);
-            this.drop(late);
-            this.incoming.delete(key);
-          }, this.timeoutMs),
-        };
+        inc = { socks: new Array(1 + h.lanes).fill(undefined), lanes: h.lanes, since: monoMs(), from };
         this.incoming.set(key, inc);
       }
       const index = h.role === Role.CONTROL ? 0 : 1 + h.lane;
@@ -171,11 +183,11 @@ class TcpListener implements Listener {
       inc.socks[index] = s;
       if (h.role === Role.CONTROL) inc.hello = h;
       if (inc.hello && inc.socks.every(Boolean)) {
-        clearTimeout(inc.timer);
         this.incoming.delete(key);
         this.complete(inc, inc.hello);
       }
     });
+    this.greeting.set(s, { since: monoMs(), giveUp });
   }
 
   private complete(inc: Incoming, h: Hello): void {
@@ -213,7 +225,6 @@ class TcpListener implements Listener {
 
   private drop(inc: Incoming | undefined): void {
     if (!inc) return;
-    clearTimeout(inc.timer);
     inc.socks.forEach((s) => s?.destroy());
   }
 }
@@ -224,16 +235,19 @@ class TcpConnector implements Connector {
   private failed: NetError | undefined;
   private link: StreamLink | undefined;
   private taken = false;
-  private readonly timer: NodeJS.Timeout;
+  /** When the connect began (monoMs), and whom it asks (for the timeout's words). */
+  private readonly since = monoMs();
+  private readonly to: string;
 
   constructor(
     dev: NetDevice,
     handle: Uint8Array,
     private readonly policy: SchedulePolicy,
     private readonly io: TcpIo,
-    timeoutMs: number,
+    private readonly timeoutMs: number,
   ) {
     const h = decodeHandle(handle);
+    this.to = `${h.rails[0].address}:${h.rails[0].port}`;
     const connId = randomBytes(8);
     const policies: [number, number, number] = [policy.eager.id, policy.stripes.id, policy.laneChoice.id];
     const base = { nonce: h.nonce, connId, lanes: policy.lanes, eagerMax: policy.eagerMax, minStripe: policy.minStripe, status: 0, policies };
@@ -277,9 +291,14 @@ class TcpConnector implements Connector {
       s.on('error', (e) => this.fail(systemError(`connect to ${rail.address}:${rail.port}: ${e.message}`)));
       this.socks.push(s);
     }
-    // fail() ignores it once the link is up: an answer that came while the thread was held is
-    // read before this judgement (afterIoTimeout).
-    this.timer = afterIoTimeout(() => this.fail(systemError(`connect: no answer from ${h.rails[0].address}:${h.rails[0].port} within ${timeoutMs} ms`)), timeoutMs);
+  }
+
+  /**
+   * The watchdog's tick: no answer within the timeout fails the connect. Not where judge is
+   * false (the first tick after the thread was held: an answer that came meanwhile is read first).
+   */
+  tick(now: number, _timeoutMs: number, judge: boolean): void {
+    if (judge && now - this.since > this.timeoutMs) this.fail(systemError(`connect: no answer from ${this.to} within ${this.timeoutMs} ms`));
   }
 
   poll(hooks: CommHooks): SendComm | undefined {
@@ -290,7 +309,6 @@ class TcpConnector implements Connector {
   }
 
   close(): void {
-    clearTimeout(this.timer);
     this.socks.forEach((s) => s.destroy());
     if (!this.taken) this.link?.close(false);
   }
@@ -301,7 +319,6 @@ class TcpConnector implements Connector {
     if (ack.role !== Role.ACK || !ack.nonce.equals(nonce!) || ack.status !== 0)
       return this.fail(systemError(`connect to ${addr}: the listener refused socket ${i} (status ${ack.status})`));
     if (++this.acked < this.socks.length) return;
-    clearTimeout(this.timer);
     for (const s of this.socks) {
       s.removeAllListeners('error');
       s.removeAllListeners('end');
@@ -317,7 +334,6 @@ class TcpConnector implements Connector {
   private fail(err: NetError): void {
     if (this.failed || this.link) return;
     this.failed = err;
-    clearTimeout(this.timer);
     this.socks.forEach((s) => s.destroy());
   }
 }
