@@ -2205,9 +2205,8 @@ static void sc_badinput(int version) {
     return;
   }
   Net n;
-  if (open_net(&n, version)) return;
   void* ctx = NULL;
-  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  if (open_with_ctx(&n, version, &ctx)) return;
   if (shim_has_ctx(version)) {  // v11+: init returns the context through ctx, so NULL cannot be served
     tsn_result_t r0 = shim_init(&n, NULL, COMM_ID, logger);
     check(r0 == TSN_INVALID_ARGUMENT, "init with a NULL ctx fails with ncclInvalidArgument (rc %d)", r0);
@@ -2401,9 +2400,8 @@ static int check_thread_masks(void) { return shim_threads("tsnet", check_thread_
 static void sc_lifecycle(int version) {
   set_prefix(version, "lifecycle", NULL);
   Net n;
-  if (open_net(&n, version)) return;
   void* ctx = NULL;
-  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  if (open_with_ctx(&n, version, &ctx)) return;
   enum { MB = 1 << 20, K = 3 };
   uint8_t* buf = malloc(K * MB);
   memset(buf, 1, K * MB);
@@ -2627,9 +2625,8 @@ static void __attribute__((noreturn)) fork_child(const Net* n, void* ctx, void* 
 static void sc_fork(int version) {
   set_prefix(version, "fork", NULL);
   Net n;
-  if (open_net(&n, version)) return;
   void* ctx = NULL;
-  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  if (open_with_ctx(&n, version, &ctx)) return;
   enum { MB = 1 << 20 };
   uint8_t* sbuf = malloc(MB);
   uint8_t* rbuf = malloc(MB);
@@ -2729,9 +2726,8 @@ static void sc_stopped(int version) {
     return;
   }
   Net n;
-  if (open_net(&n, version)) return;
   void* ctx = NULL;
-  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  if (open_with_ctx(&n, version, &ctx)) return;
   enum { SIZE = 4096 };
   uint8_t* sbuf = malloc(SIZE);
   uint8_t* rbuf = malloc(SIZE);
@@ -2800,9 +2796,8 @@ out:
 static void sc_stale(int version) {
   set_prefix(version, "stale", NULL);
   Net n;
-  if (open_net(&n, version)) return;
   void* ctx = NULL;
-  if (init_ctx(&n, &ctx, COMM_ID)) { shim_close(&n); return; }
+  if (open_with_ctx(&n, version, &ctx)) return;
   enum { SIZE = 4096 };
   uint8_t* buf = malloc(2 * SIZE);
   void *lc, *sc, *rc;

@@ -127,16 +127,16 @@ export abstract class OfiComm {
    * Whether src, an id in the address vector of this endpoint's NIC nic, is this comm's peer on
    * a rail that uses that NIC (FI_SOURCE: who sent a message or remote write naming this comm).
    */
+  sentBy(nic: number, src: number): boolean {
+    for (let l = 0; l < this.rails; l++) if (this.nic[l] === nic && this.peer[l] === src) return true;
+    return false;
+  }
+
   /** The peer's ids in NIC nic's address vector, one per rail of this comm on that NIC. */
   peersOn(nic: number): number[] {
     const ids: number[] = [];
     for (let l = 0; l < this.rails; l++) if (this.nic[l] === nic) ids.push(this.peer[l]);
     return ids;
-  }
-
-  sentBy(nic: number, src: number): boolean {
-    for (let l = 0; l < this.rails; l++) if (this.nic[l] === nic && this.peer[l] === src) return true;
-    return false;
   }
 
   /** The peer showed a sign of life. */
