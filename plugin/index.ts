@@ -11,6 +11,7 @@ import { makeTransport } from './transports';
 import { setAscendingCopy } from './arrays';
 import { setClock } from './clock';
 import { randomBytes } from 'node:crypto';
+import { setFdNote } from './errors';
 
 const binding = (process as unknown as { _linkedBinding(name: string): Binding })._linkedBinding('tsnet');
 // OpenSSL initialises itself at its first use and registers its exit-time cleanup then. Used
@@ -19,6 +20,7 @@ const binding = (process as unknown as { _linkedBinding(name: string): Binding }
 randomBytes(1);
 setClock(() => binding.monoMs());
 setAscendingCopy(binding.copyAscending);
+if (binding.fdNote) setFdNote(binding.fdNote);
 
 const debug = (process.env.NCCL_DEBUG ?? '').toUpperCase();
 setLogSink((level, flags, msg) => binding.log(level, flags, msg), debug === 'TRACE');

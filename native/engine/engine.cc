@@ -937,7 +937,9 @@ bool startThreads(int n, double spinUs, double lingerMs, double pollUs, std::str
     ev.events = EPOLLIN;
     ev.data.ptr = nullptr;
     if (t->ep < 0 || t->ev < 0 || epoll_ctl(t->ep, EPOLL_CTL_ADD, t->ev, &ev) < 0) {
-      *why = std::string("epoll/eventfd: ") + strerror(errno);
+      int err = errno;
+      *why = "epoll/eventfd";  // errno names why
+      errno = err;
       return false;  // leaks what was made: the process is out of descriptors anyway
     }
     e->threads.push_back(t);

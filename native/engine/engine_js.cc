@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -36,11 +37,48 @@ Napi::Value fail(Napi::Env env, const std::string& msg, bool range = false) {
   return env.Undefined();
 }
 
+// What a failure for want of file descriptors comes from, and what to do about it (the only
+// copy of these words: fdNote() gives them to JavaScript for Node's own errors).
+std::string descriptorNote(int err) {
+  if (err == ENFILE) return " (ENFILE: the system's table of open files is full)";
+  if (err != EMFILE) return "";
+  rlimit r{};
+  std::string limit = getrlimit(RLIMIT_NOFILE, &r) == 0 ? std::to_string(r.rlim_cur) : "unknown";
+  return " (EMFILE: the process has every file descriptor its limit allows open, RLIMIT_NOFILE " + limit +
+         "; over TCP each comm holds 1 + TSNET_NSOCKS descriptors: raise the limit, as `ulimit -n`, or use fewer sockets)";
+}
+
+// errno's name for the errors the engine's calls give (strerrorname_np needs glibc 2.32).
+const char* errnoName(int err) {
+  switch (err) {
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    case ENOMEM: return "ENOMEM";
+    case EAGAIN: return "EAGAIN";
+    case EBADF: return "EBADF";
+    case EINVAL: return "EINVAL";
+    case ENOTSOCK: return "ENOTSOCK";
+    case EPERM: return "EPERM";
+    case EACCES: return "EACCES";
+    case ENOSPC: return "ENOSPC";
+    default: return "ESYSTEM";  // any errno: what plugin/errors.ts needs is that it is one
+  }
+}
+
+// A failed system call as a JavaScript error whose code is errno's name (EMFILE, ...): the
+// plugin reports it to NCCL as a system error (plugin/errors.ts, resultOf).
 Napi::Value sysFail(Napi::Env env, const std::string& what, int err) {
-  Napi::Error e = Napi::Error::New(env, what + ": " + strerror(err));
+  Napi::Error e = Napi::Error::New(env, what + ": " + strerror(err) + descriptorNote(err));
   e.Set("errno", Napi::Number::New(env, -err));
+  e.Set("code", Napi::String::New(env, errnoName(err)));
   e.ThrowAsJavaScriptException();
   return env.Undefined();
+}
+
+// fdNote(code): for Node's errors with code EMFILE or ENFILE, the words above; "" otherwise.
+Napi::Value FdNote(const Napi::CallbackInfo& info) {
+  std::string code = info.Length() > 0 && info[0].IsString() ? info[0].As<Napi::String>().Utf8Value() : "";
+  return Napi::String::New(info.Env(), descriptorNote(code == "EMFILE" ? EMFILE : code == "ENFILE" ? ENFILE : 0));
 }
 
 // Memory the engine owns for the process's life, seen from JavaScript without a copy.
@@ -639,6 +677,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("monoMs", Napi::Function::New(e, MonoMs, "monoMs"));
   o.Set("copyAscending", Napi::Function::New(e, CopyAscending, "copyAscending"));
   o.Set("ioStart", Napi::Function::New(e, IoStart, "ioStart"));
+  o.Set("fdNote", Napi::Function::New(e, FdNote, "fdNote"));
   o.Set("ioPort", Napi::Function::New(e, IoPort, "ioPort"));
   o.Set("ioAdopt", Napi::Function::New(e, IoAdopt, "ioAdopt"));
   o.Set("ioWake", Napi::Function::New(e, IoWake, "ioWake"));

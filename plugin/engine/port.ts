@@ -32,6 +32,8 @@ export interface CqeHandler {
 /** The engine's functions this file needs (the binding, or a fake in tests). */
 export interface EngineBinding {
   ioStart(threads: number, spinUs: number, lingerMs: number, pollUs: number): number;
+  /** For an error code EMFILE or ENFILE: the open-file limit and what to do about it; "" otherwise. */
+  fdNote?(code: string): string;
   ioPort(): { sub: ArrayBuffer[]; cq: ArrayBuffer[]; sleeping: Int32Array; port: number };
   ioWake(thread: number): void;
   /**

@@ -325,9 +325,23 @@ static void chan_put_arg(Chan* c, int kind, int arg, const void* data, int len) 
   m.len = len;
   m.arg = arg;
   if (data && len > 0) memcpy(m.data, data, (size_t)len);
+  // A peer role that already ended (its init failed, say) closed its end: the write fails with
+  // EPIPE and this role goes on to report its own checks. The SIGPIPE the kernel raises for it is
+  // blocked around the write and taken back, so that it cannot kill the role, while a SIGPIPE from
+  // the plugin on any other write still would.
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
   ssize_t w;
   do w = write(c->wfd, &m, sizeof m);
   while (w < 0 && errno == EINTR);
+  if (w < 0 && errno == EPIPE) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_set, NULL, &zero) == SIGPIPE) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void chan_put(Chan* c, int kind, const void* data, int len) { chan_put_arg(c, kind, 0, data, len); }

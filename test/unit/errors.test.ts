@@ -9,6 +9,8 @@ import {
   invalidUsage,
   remoteError,
   resultOf,
+  setFdNote,
+  sysMessage,
   systemError,
 } from '../../plugin/errors';
 
@@ -75,5 +77,19 @@ describe('resultOf', () => {
   // become INTERNAL_ERROR (3) instead of SYSTEM_ERROR (2).
   it.each(['EAI_AGAIN', 'EAI_FAIL', 'E2BIG'])('system error %s is a SYSTEM_ERROR', (code) => {
     expect(resultOf(sysErr(code)).code).toBe(ResultCode.SYSTEM_ERROR);
+  });
+});
+
+describe('out of file descriptors', () => {
+  it('EMFILE and ENFILE carry the engine\'s note on the limit, once; other errors and an engine error that has it do not', () => {
+    setFdNote((code) => ` (${code}: limit 64)`);
+    try {
+      expect(resultOf(sysErr('EMFILE', 'connect EMFILE 10.0.0.1:5'))).toEqual({ code: ResultCode.SYSTEM_ERROR, message: 'connect EMFILE 10.0.0.1:5 (EMFILE: limit 64)' });
+      expect(sysMessage(sysErr('ENFILE', 'accept ENFILE'))).toBe('accept ENFILE (ENFILE: limit 64)');
+      expect(sysMessage(sysErr('EMFILE', 'ioAdopt: dup: Too many open files (EMFILE: limit 64)'))).toBe('ioAdopt: dup: Too many open files (EMFILE: limit 64)');
+      expect(sysMessage(sysErr('ECONNRESET', 'read ECONNRESET'))).toBe('read ECONNRESET');
+    } finally {
+      setFdNote(() => '');
+    }
   });
 });

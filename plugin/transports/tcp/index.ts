@@ -5,13 +5,14 @@
 // for the first few, then a count: refusals.ts), so a stranger on the port never becomes a
 // comm nor breaks the listener.
 import { randomBytes } from 'node:crypto';
+import * as fs from 'node:fs';
 import * as net from 'node:net';
 import { monoMs } from '../../clock';
 import type { Config } from '../../config';
 import type { LaneBinding } from '../../engine/native-link';
 import { NativeLink } from '../../engine/native-link';
 import type { Port } from '../../engine/port';
-import { NetError, internalError, systemError } from '../../errors';
+import { NetError, descriptorNote, internalError, sysMessage, systemError } from '../../errors';
 import { log } from '../../log';
 import { SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../protocol/link';
 import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, type SchedulePolicy, byId, configuredPolicy } from '../../protocol/policies';
@@ -97,6 +98,21 @@ interface Incoming {
   from: string;
 }
 
+// A listener whose process is out of file descriptors takes each connection and closes it at
+// once, saying nothing (libuv's way out of EMFILE); the connector sees only the close.
+const DROPPED = ' (the listener closed it, or its process is out of file descriptors: then it drops connections without a word)';
+
+/** EMFILE or ENFILE where the process cannot open a file now; else undefined. */
+function outOfDescriptors(): string | undefined {
+  try {
+    fs.closeSync(fs.openSync('/dev/null', 'r'));
+    return undefined;
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return code === 'EMFILE' || code === 'ENFILE' ? code : undefined;
+  }
+}
+
 class TcpListener implements Listener {
   readonly handle: Uint8Array;
   private readonly server: net.Server;
@@ -115,10 +131,22 @@ class TcpListener implements Listener {
   ) {
     this.refusals = new RefusalLog(`listener on ${dev.name}`);
     this.server = net.createServer((s) => this.greet(s));
-    this.server.on('error', (e) => log.warn(`listener on ${dev.name}: ${e.message}`));
+    this.server.on('error', (e) => {
+      if (!this.closed) log.warn(`listener on ${dev.name}: ${sysMessage(e)}`);
+    });
     // Bound synchronously (no host name lookup), on every address: the handle names the device's.
     this.server.listen({ port: 0, host: undefined, ipv6Only: false, backlog: 1024 });
-    const port = (this.server.address() as net.AddressInfo).port;
+    const bound = this.server.address();
+    if (!bound || typeof bound === 'string') {
+      // Node reports why only at its next tick, after this call has answered NCCL: its error
+      // event is left unsaid, and the WARN names the likeliest cause where it is the cause.
+      this.closed = true;
+      this.refusals.close();
+      this.server.close();
+      const out = outOfDescriptors();
+      throw systemError(`listen on ${dev.name}: no listening socket could be made${out ? `, the process is out of file descriptors${descriptorNote(out)}` : ''}`);
+    }
+    const port = bound.port;
     this.handle = encodeHandle({
       nonce: this.nonce,
       rails: dev.nics.map((n) => ({ family: n.family, address: n.address, port })),
@@ -207,7 +235,7 @@ class TcpListener implements Listener {
     for (const s of socks)
       s.write(ack, (err) => {
         if (err) {
-          log.warn(`listener on ${this.dev.name}: a connection from ${socks[0].remoteAddress} failed during its handshake: ${err.message}`);
+          log.warn(`listener on ${this.dev.name}: a connection from ${socks[0].remoteAddress} failed during its handshake: ${sysMessage(err)}`);
           socks.forEach((x) => x.destroy());
           left = -1;
           return;
@@ -286,9 +314,12 @@ class TcpConnector implements Connector {
       const greeting = encodeHello({ ...base, role: i === 0 ? Role.CONTROL : Role.DATA, lane: i === 0 ? 0 : i - 1 });
       s.on('connect', () => s.write(greeting));
       s.on('end', () => {
-        if (have < HELLO_BYTES) this.fail(systemError(`connect to ${rail.address}:${rail.port}: the listener closed socket ${i} before answering`));
+        if (have < HELLO_BYTES) this.fail(systemError(`connect to ${rail.address}:${rail.port}: the listener closed socket ${i} before answering${DROPPED}`));
       });
-      s.on('error', (e) => this.fail(systemError(`connect to ${rail.address}:${rail.port}: ${e.message}`)));
+      s.on('error', (e) => {
+        const reset = (e as NodeJS.ErrnoException).code === 'ECONNRESET' && have < HELLO_BYTES;
+        this.fail(systemError(`connect to ${rail.address}:${rail.port}: ${sysMessage(e)}${reset ? DROPPED : ''}`));
+      });
       this.socks.push(s);
     }
   }
