@@ -3706,6 +3706,100 @@ static void sc_held(int version) {
   shim_close(&n);
 }
 
+// ---------------------------------------------------------------- many
+
+// Many comm pairs of one process open at once (TSNET_TEST_PAIRS, 256 by default): every listen
+// first, then connects and accepts in sweeps over all of them, as NCCL's proxy connects a
+// communicator's peers; then 3 rounds of one 64 KiB message on every pair, all posted before
+// any is tested, each validated; then every close. A job with many peers and channels holds
+// hundreds of comms per process; a per-process table, an id space or a queue that fills would
+// show here as a failed call, a lost message or a hang.
+static void sc_many(int version) {
+  set_prefix(version, "many", NULL);
+  Net n;
+  void* ctx = NULL;
+  if (open_with_ctx(&n, version, &ctx)) return;
+  const char* env = getenv("TSNET_TEST_PAIRS");
+  int P = env && atoi(env) > 0 ? atoi(env) : 256;
+  enum { SZ = 64 << 10, ROUNDS = 3 };
+  void **lc = calloc((size_t)P, sizeof *lc), **sc = calloc((size_t)P, sizeof *sc), **rc = calloc((size_t)P, sizeof *rc);
+  void **smh = calloc((size_t)P, sizeof *smh), **rmh = calloc((size_t)P, sizeof *rmh);
+  void **sreq = calloc((size_t)P, sizeof *sreq), **rreq = calloc((size_t)P, sizeof *rreq);
+  uint8_t(*handles)[TSN_HANDLE_SIZE] = calloc((size_t)P, TSN_HANDLE_SIZE);
+  uint8_t* sbuf = malloc((size_t)P * SZ);
+  uint8_t* rbuf = malloc((size_t)P * SZ);
+  tsn_result_t r = TSN_SUCCESS;
+  int listened = 0, up = 0;
+  double t0 = now_s();
+  for (; listened < P && (r = shim_listen(&n, ctx, g_dev, handles[listened], &lc[listened])) == TSN_SUCCESS; listened++) {
+  }
+  if (check(listened == P, "%d listens (rc %d at %d)", P, r, listened)) {
+    double end = now_s() + g_timeout;
+    while (up < P && r == TSN_SUCCESS && now_s() < end) {
+      up = 0;
+      for (int i = 0; i < P && r == TSN_SUCCESS; i++) {
+        if (!sc[i] && (r = shim_connect(&n, ctx, g_dev, handles[i], &sc[i])) != TSN_SUCCESS) check(0, "connect of pair %d (rc %d)", i, r);
+        if (r == TSN_SUCCESS && !rc[i] && (r = shim_accept(&n, lc[i], &rc[i])) != TSN_SUCCESS) check(0, "accept of pair %d (rc %d)", i, r);
+        up += sc[i] && rc[i];
+      }
+    }
+    check(up == P, "%d of %d pairs connected and accepted in %.2f s", up, P, now_s() - t0);
+  }
+  int regs = 0;
+  for (int i = 0; i < up && up == P; i++) {
+    for (size_t k = 0; k < SZ; k++) sbuf[(size_t)i * SZ + k] = (uint8_t)(i * 7 + k);
+    if (shim_reg_mr(&n, sc[i], sbuf + (size_t)i * SZ, SZ, TSN_PTR_HOST, &smh[i]) == TSN_SUCCESS &&
+        shim_reg_mr(&n, rc[i], rbuf + (size_t)i * SZ, SZ, TSN_PTR_HOST, &rmh[i]) == TSN_SUCCESS)
+      regs++;
+  }
+  if (up == P) check(regs == P, "regMr on both sides of %d pairs (%d)", P, regs);
+  for (int round = 0; round < ROUNDS && regs == P; round++) {
+    double t = now_s(), end = t + g_timeout;
+    memset(rbuf, 0, (size_t)P * SZ);
+    int posted = 0, wrong = 0, failed = 0, left = 0;
+    for (int i = 0; i < P; i++) posted += recv_one(&n, rc[i], rbuf + (size_t)i * SZ, SZ, 1, rmh[i], &rreq[i]) == TSN_SUCCESS && rreq[i];
+    for (int i = 0; i < P; i++) {
+      sreq[i] = NULL;
+      while (!sreq[i] && now_s() < end && shim_isend(&n, sc[i], sbuf + (size_t)i * SZ, SZ, 1, smh[i], &sreq[i]) == TSN_SUCCESS) {
+      }
+      posted += sreq[i] != NULL;
+    }
+    if (!check(posted == 2 * P, "round %d: %d receives and %d sends posted (%d)", round, P, P, posted)) break;
+    left = 2 * P;
+    while (left && now_s() < end) {
+      for (int i = 0; i < P; i++) {
+        int done = 0, size = 0;
+        if (sreq[i]) {
+          tsn_result_t tr = shim_test(&n, sreq[i], &done, &size);
+          if (tr != TSN_SUCCESS || done) sreq[i] = NULL, left--, failed += tr != TSN_SUCCESS;
+        }
+        if (rreq[i]) {
+          tsn_result_t tr = shim_test(&n, rreq[i], &done, &size);
+          if (tr != TSN_SUCCESS || done) {
+            rreq[i] = NULL, left--, failed += tr != TSN_SUCCESS;
+            wrong += tr == TSN_SUCCESS && (size != SZ || memcmp(rbuf + (size_t)i * SZ, sbuf + (size_t)i * SZ, SZ) != 0);
+          }
+        }
+      }
+    }
+    if (!check(!left && !failed && !wrong, "round %d: a 64 KiB message on each of %d pairs in %.3f s, all validated (%d not done, %d failed, %d wrong)",
+               round, P, now_s() - t, left, failed, wrong))
+      break;
+  }
+  int closes = 0;
+  for (int i = 0; i < P; i++) {
+    if (smh[i]) shim_dereg_mr(&n, sc[i], smh[i]);
+    if (rmh[i]) shim_dereg_mr(&n, rc[i], rmh[i]);
+    closes += (sc[i] ? shim_close_send(&n, sc[i]) : 0) == TSN_SUCCESS;
+    closes += (rc[i] ? shim_close_recv(&n, rc[i]) : 0) == TSN_SUCCESS;
+    closes += (lc[i] ? shim_close_listen(&n, lc[i]) : 0) == TSN_SUCCESS;
+  }
+  check(closes == 3 * P, "closeSend, closeRecv and closeListen of %d pairs return 0 (%d of %d)", P, closes, 3 * P);
+  free(lc), free(sc), free(rc), free(smh), free(rmh), free(sreq), free(rreq), free(handles), free(sbuf), free(rbuf);
+  fini_ctx(&n, ctx);
+  shim_close(&n);
+}
+
 enum { ONE_PROC = 0, PAIR = 1, OWN_PROCS = 2 };
 typedef struct Scenario {
   const char* name;
@@ -3733,6 +3827,7 @@ static const Scenario SCENARIOS[] = {
     {"stopped", sc_stopped, ONE_PROC, 0, "the plugin's thread stops with comms open: later calls fail at once (not in all: needs TSNET_TEST_EXIT_FILE)"},
     {"killpeer", sc_killpeer, OWN_PROCS, 1, "SIGKILL of the sender, then of the receiver, mid-stream (TCP)"},
     {"stranger", sc_stranger, OWN_PROCS, 1, "raw TCP clients on a listener's port, then a real connection (TCP)"},
+    {"many", sc_many, ONE_PROC, 0, "TSNET_TEST_PAIRS (256) comm pairs open at once, 3 rounds of a 64 KiB message on each (not in all)"},
     {"bulk", sc_bulk, PAIR, 0, "8 messages of 64 MiB, validated (not in all)"},
     {"gpu", sc_gpu, PAIR, 0, "0 B to 64 MiB from and into CUDA memory with iflush (not in all: needs a GPU)"},
 };
