@@ -1141,9 +1141,15 @@ describe.skipIf(!!missing)('tcp: deregMr and close with requests in flight', () 
     })();
     c.a.post(...[2, 3, 4].map((slot) => ({ op: Op.RECV, comm: c.recv, slot, bufs: [[x.mr, slot * 8 * MiB, 8 * MiB, 0]] as BufSpec[] })));
     expect(c.a.call('deregMr', { mr: x.mr })).toEqual({});
-    expect(infos().some((l) => new RegExp(`deregMr: comm ${c.recv}: 4 request\\(s\\) in flight on the region were cancelled`).test(l))).toBe(true);
+    // The first receive is mid-transfer unless its 32 MiB all came while this thread was held
+    // (a loaded 2-core machine: one clean-clone run of 81 files): then it ended whole, and the
+    // three without a message are what is cancelled.
+    const line = infos().find((l) => new RegExp(`deregMr: comm ${c.recv}: \\d+ request\\(s\\) in flight on the region were cancelled`).test(l));
+    const cancelled = Number(line?.match(/(\d+) request\(s\) in flight/)?.[1]);
+    expect([3, 4], infos().join('\n')).toContain(cancelled);
     c.a.harvest();
-    for (const slot of [1, 2, 3, 4]) expect(c.a.of(c.recv, slot), `receive ${slot}`).toMatchObject({ result: ResultCode.INVALID_USAGE });
+    if (cancelled === 3) expect(c.a.of(c.recv, 1), 'receive 1, which ended before deregMr').toMatchObject({ result: 0, sizes: [32 * MiB] });
+    for (const slot of cancelled === 3 ? [2, 3, 4] : [1, 2, 3, 4]) expect(c.a.of(c.recv, slot), `receive ${slot}`).toMatchObject({ result: ResultCode.INVALID_USAGE });
     x.bytes.fill(0x5a);
     // The sender's message goes on (its rest is dropped); the sends after it land in new receives.
     const y = c.a.reg(c.recv, 2 * MiB);
@@ -1156,7 +1162,7 @@ describe.skipIf(!!missing)('tcp: deregMr and close with requests in flight', () 
     expect(c.b.of(c.send, 1)!.result).toBe(0);
     expect(allBytes(x.bytes, 0x5a)).toBe(true);
     await transfer(c, [10, 1 * MiB + 1], { seed: 3 });
-    expect(warnings()).toEqual([`comm ${c.recv}: the memory of 4 receive(s) in flight was deregistered; failing them`]);
+    expect(warnings()).toEqual([`comm ${c.recv}: the memory of ${cancelled} receive(s) in flight was deregistered; failing them`]);
   });
 
   it('deregMr with sends in flight: success with a WARN; those sends fail and the link closes (its bytes were promised), the receiver fails too', async () => {
