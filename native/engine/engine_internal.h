@@ -83,6 +83,7 @@ struct Lane {
   OfiEndpoint* ofi = nullptr;
   Op* ofiHead = nullptr;
   Op* ofiTail = nullptr;
+  uint32_t ofiQueuedRecvs = 0;  // receives among them (ofiProgress posts them past a full send queue)
   int ofiErrors = 0;         // failed completions so far (the first ones are logged)
   bool ofiNoWait = false;    // no wait fd: its thread must poll it (I/O thread only)
   bool ofiBell = false;      // of those, one with a doorbell its peers ring (I/O thread only)

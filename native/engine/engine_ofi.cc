@@ -155,6 +155,7 @@ void ofiTake(IoThread*, Lane* l, Op* op) {
   if (l->ofiTail) l->ofiTail->next = op;
   else l->ofiHead = op;
   l->ofiTail = op;
+  if (op->kind == TSN_SUB_OFI_RECV) l->ofiQueuedRecvs++;
 }
 
 // A close gave up on this thread while it was inside libfabric (cancelLane: the endpoint is
@@ -172,11 +173,26 @@ static bool abandoned(Lane* l) {
   return true;
 }
 
+// Posts the queue in order. A send, write or read that meets FI_EAGAIN (the provider, or the
+// peer it goes to, is full) keeps its place and those after it wait behind it, but receives
+// queued after it are still posted: the room that send waits for may be made only by receives
+// (a burst of messages into an endpoint that has no receive left to take them: shm then stops
+// taking commands until one is posted, and every endpoint whose bounce buffers waited behind
+// its own full sends stopped for good; docs/rdma-protocol.md). A receive that meets FI_EAGAIN
+// stops the pass.
 bool ofiProgress(IoThread* t, Lane* l) {
   bool more = false;
   useGpu(t, l);
-  while (Op* op = l->ofiHead) {
+  Op* prev = nullptr;  // the last op left in the queue by this pass
+  bool sendsWait = false;
+  for (Op* op = l->ofiHead; op;) {
     if (abandoned(l)) return false;  // here the queue and the provider agree on every op
+    if (sendsWait && (op->kind != TSN_SUB_OFI_RECV || !l->ofiQueuedRecvs)) {
+      if (!l->ofiQueuedRecvs) break;
+      prev = op;
+      op = op->next;
+      continue;
+    }
     int r;
     {
       InCall in(t, l->id, IoCall::kPost);
@@ -184,16 +200,25 @@ bool ofiProgress(IoThread* t, Lane* l) {
     }
     if (r == kOfiAgain) {
       more = true;  // the provider is full: polling below makes room
-      break;
+      if (op->kind == TSN_SUB_OFI_RECV) break;
+      sendsWait = true;
+      prev = op;
+      op = op->next;
+      continue;
     }
-    l->ofiHead = op->next;
-    if (!l->ofiHead) l->ofiTail = nullptr;
-    if (r == 0 && op->kind != TSN_SUB_OFI_RECV) noteWrite(l);
+    Op* done = op;  // out of the queue: posted, or failed
+    op = op->next;
+    if (prev) prev->next = op;
+    else l->ofiHead = op;
+    if (l->ofiTail == done) l->ofiTail = prev;
+    if (done->kind == TSN_SUB_OFI_RECV) l->ofiQueuedRecvs--;
+    done->next = nullptr;
+    if (r == 0 && done->kind != TSN_SUB_OFI_RECV) noteWrite(l);
     if (r == 0) continue;  // in flight: libfabric holds it until its completion
     noteError(l, l->ofi->lastError().text);
-    if (!l->quiet && !(op->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, op->link, op->op, r, 0);
-    ofiRelease(op);
-    freeOp(t, op);
+    if (!l->quiet && !(done->flags & TSN_SUB_F_NOCQE)) emit(t, l->port, done->link, done->op, r, 0);
+    ofiRelease(done);
+    freeOp(t, done);
   }
   if (abandoned(l)) return false;
   constexpr int kMax = 64;
@@ -319,6 +344,7 @@ void ofiClose(Lane* l, bool drainFirst) {
     op = next;
   }
   l->ofiHead = l->ofiTail = nullptr;
+  l->ofiQueuedRecvs = 0;
   for (Op* op = l->dead; op; op = op->next) ofiRelease(op);
 }
 

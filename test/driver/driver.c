@@ -3710,8 +3710,8 @@ static void sc_held(int version) {
 
 // Many comm pairs of one process open at once (TSNET_TEST_PAIRS, 256 by default): every listen
 // first, then connects and accepts in sweeps over all of them, as NCCL's proxy connects a
-// communicator's peers; then 3 rounds of one 64 KiB message on every pair, all posted before
-// any is tested, each validated; then every close. A job with many peers and channels holds
+// communicator's peers; then (TSNET_TEST_QUIET_MS) a pause; then 3 rounds of one 64 KiB message
+// on every pair, all posted before any is tested, each validated; then every close. A job with many peers and channels holds
 // hundreds of comms per process; a per-process table, an id space or a queue that fills would
 // show here as a failed call, a lost message or a hang.
 static void sc_many(int version) {
@@ -3753,6 +3753,13 @@ static void sc_many(int version) {
       regs++;
   }
   if (up == P) check(regs == P, "regMr on both sides of %d pairs (%d)", P, regs);
+  // TSNET_TEST_QUIET_MS: every comm quiet that long first, so that each sends its heartbeats,
+  // all at the same ticks: a burst of as many messages as there are comms into one endpoint.
+  const char* quiet = getenv("TSNET_TEST_QUIET_MS");
+  if (quiet && atoi(quiet) > 0 && regs == P) {
+    note("every comm quiet for %d ms", atoi(quiet));
+    usleep((useconds_t)atoi(quiet) * 1000);
+  }
   for (int round = 0; round < ROUNDS && regs == P; round++) {
     double t = now_s(), end = t + g_timeout;
     memset(rbuf, 0, (size_t)P * SZ);
