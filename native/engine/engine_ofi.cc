@@ -176,9 +176,9 @@ static bool abandoned(Lane* l) {
 // Posts the queue in order. A send, write or read that meets FI_EAGAIN (the provider, or the
 // peer it goes to, is full) keeps its place and those after it wait behind it, but receives
 // queued after it are still posted: the room that send waits for may be made only by receives
-// (a burst of messages into an endpoint that has no receive left to take them: shm then stops
-// taking commands until one is posted, and every endpoint whose bounce buffers waited behind
-// its own full sends stopped for good; docs/rdma-protocol.md). A receive that meets FI_EAGAIN
+// (a burst of messages into an endpoint that has no receive left to take them fills shm's
+// queues, and an endpoint whose bounce buffers waited behind its own full sends stopped for
+// good; docs/io-threads.md, "Posting"). A receive that meets FI_EAGAIN
 // stops the pass.
 bool ofiProgress(IoThread* t, Lane* l) {
   bool more = false;
@@ -187,11 +187,13 @@ bool ofiProgress(IoThread* t, Lane* l) {
   bool sendsWait = false;
   for (Op* op = l->ofiHead; op;) {
     if (abandoned(l)) return false;  // here the queue and the provider agree on every op
-    if (sendsWait && (op->kind != TSN_SUB_OFI_RECV || !l->ofiQueuedRecvs)) {
-      if (!l->ofiQueuedRecvs) break;
-      prev = op;
-      op = op->next;
-      continue;
+    if (sendsWait) {
+      if (!l->ofiQueuedRecvs) break;  // nothing left that may pass the waiting send
+      if (op->kind != TSN_SUB_OFI_RECV) {
+        prev = op;
+        op = op->next;
+        continue;
+      }
     }
     int r;
     {
