@@ -17,6 +17,14 @@ TCP, over libfabric, NCCL's Socket). Three modes:
             hang. Exits 3 when the error came, 4 when the loop ran out without one.
   exitlive  collectives, then the interpreter exits without destroy_process_group(), the
             communicators and the plugin still live (as many scripts end): it must exit 0.
+  many      --groups communicators of every rank held at once (as a job with many process
+            groups holds them; with NCCL_MIN_NCHANNELS each has that many channels, each
+            channel its net connections), each connected by a checked all_reduce; then rounds
+            of an all_reduce on every one of them posted before any is waited for, one after
+            a --quiet pause in which no communicator moves a byte, and one all_to_all on every
+            one (NCCL's point-to-point connections, made on first use); every result checked.
+            Then every communicator is destroyed. The process's descriptors, sockets, threads
+            and resident memory are printed before, with all communicators up, and after.
 
 --device cpu runs the same checks over gloo (no tsnet: gloo never loads a net plugin), so
 that the script itself can be tried on a machine without GPUs.
@@ -38,13 +46,15 @@ import torch.distributed as dist
 import torch.nn as nn
 
 P = argparse.ArgumentParser()
-P.add_argument("--mode", choices=["check", "killpeer", "exitlive"], default="check")
+P.add_argument("--mode", choices=["check", "killpeer", "exitlive", "many"], default="check")
 P.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
 P.add_argument("--steps", type=int, default=60, help="DDP training steps")
 P.add_argument("--max-elems", type=int, default=1 << 24, help="largest collective checked, in elements")
 P.add_argument("--json", default="", help="rank 0 writes its figures here")
 P.add_argument("--timeout", type=float, default=180, help="process group timeout, seconds")
 P.add_argument("--churn", type=int, default=3, help="communicators created and destroyed")
+P.add_argument("--groups", type=int, default=32, help="many: communicators held at once")
+P.add_argument("--quiet", type=float, default=3.0, help="many: seconds every communicator stays idle before a round")
 ARGS = P.parse_args()
 
 RANK = int(os.environ["RANK"])
@@ -360,6 +370,89 @@ def exitlive():
     return 0
 
 
+def resources():
+    """This process's open descriptors, sockets among them, threads and resident memory (MiB)."""
+    fds = sockets = 0
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            sockets += os.readlink(f"/proc/self/fd/{f}").startswith("socket:")
+            fds += 1
+        except OSError:
+            pass  # the descriptor listdir itself held, closed since
+    status = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            status[k] = v.split()
+    return {"fds": fds, "sockets": sockets, "threads": int(status["Threads"][0]), "rss_mib": int(status["VmRSS"][0]) / 1024}
+
+
+def show(r):
+    return f"{r['fds']} descriptors ({r['sockets']} sockets), {r['threads']} threads, {r['rss_mib']:.0f} MiB resident"
+
+
+def many():
+    base = resources()
+    say(f"many: before: {show(base)}")
+    groups = []
+    t0 = time.perf_counter()
+    for i in range(ARGS.groups):
+        g = dist.new_group(list(range(WORLD)))
+        t = values(4099, torch.float32, RANK, 500 + i)
+        dist.all_reduce(t, group=g)  # connects this communicator's channels
+        expect_equal(f"many: communicator {i}: first all_reduce", t, sum(values(4099, torch.float32, k, 500 + i).double() for k in range(WORLD)).float())
+        groups.append(g)
+    sync()
+    up = resources()
+    FIGURES["many_up_s"] = time.perf_counter() - t0
+    say(f"many: {len(groups)} communicators up in {FIGURES['many_up_s']:.1f} s: {show(up)}")
+
+    def round_all(label, n, salt):
+        t0 = time.perf_counter()
+        work = []
+        for i, g in enumerate(groups):
+            t = values(n, torch.float32, RANK, salt + i)
+            work.append((dist.all_reduce(t, group=g, async_op=True), t, i))
+        for w, t, i in work:
+            w.wait()
+            expect_equal(f"many: {label}: communicator {i}", t, sum(values(n, torch.float32, k, salt + i).double() for k in range(WORLD)).float())
+        sync()
+        ms = (time.perf_counter() - t0) * 1000
+        say(f"many: {label}: an all_reduce of {n * 4} B on each of {len(groups)} communicators, all posted first, in {ms:.1f} ms")
+        return ms
+
+    FIGURES["many_rounds_ms"] = [round_all("round 1", 1 << 10, 600), round_all("round 2", 1 << 18, 700)]
+    time.sleep(ARGS.quiet)  # every communicator idle at once: whatever keeps connections alive fires together
+    FIGURES["many_rounds_ms"].append(round_all(f"after {ARGS.quiet:g} s quiet", 1 << 10, 800))
+    t0 = time.perf_counter()
+    n = 4096
+    for i, g in enumerate(groups):  # point to point: NCCL connects these on first use
+        src = values(n * WORLD, torch.float32, RANK, 900 + i)
+        out = torch.empty(n * WORLD, dtype=torch.float32, device=DEV)
+        dist.all_to_all_single(out, src, group=g)
+        want = torch.cat([values(n * WORLD, torch.float32, k, 900 + i)[RANK * n:(RANK + 1) * n] for k in range(WORLD)])
+        expect_equal(f"many: all_to_all: communicator {i}", out, want)
+    sync()
+    p2p = resources()
+    FIGURES["many_all_to_all_s"] = time.perf_counter() - t0
+    say(f"many: an all_to_all on each communicator in {FIGURES['many_all_to_all_s']:.1f} s: {show(p2p)}")
+    FIGURES["many_rounds_ms"].append(round_all("with point-to-point connections up", 1 << 10, 1000))
+    t0 = time.perf_counter()
+    for g in groups:
+        dist.destroy_process_group(g)
+    groups.clear()
+    sync()
+    FIGURES["many_destroy_s"] = time.perf_counter() - t0
+    time.sleep(1.0)  # closes that finish on the plugin's own threads
+    after = resources()
+    say(f"many: destroyed in {FIGURES['many_destroy_s']:.1f} s: {show(after)}")
+    FIGURES["many_resources"] = {"before": base, "up": up, "with_p2p": p2p, "after": after}
+    t = values(65537, torch.float32, RANK, 1100)
+    dist.all_reduce(t)
+    expect_equal("many: all_reduce on the default group after the destroys", t, sum(values(65537, torch.float32, k, 1100).double() for k in range(WORLD)).float())
+    sync()
+
+
 def main():
     say(f"torch {torch.__version__}, backend {BACKEND}, world {WORLD}, device {DEV}"
         + (f", NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}" if CUDA else ""))
@@ -379,7 +472,9 @@ def main():
         return exitlive()
     phases = [("collectives", check_collectives), ("communicator churn", check_churn), ("forked children", check_fork),
               ("ddp", check_ddp)]
-    if CUDA:
+    if ARGS.mode == "many":
+        phases = [("many", many)]
+    if CUDA and ARGS.mode == "check":
         phases += [("cuda graph", check_graph), ("timings", timings)]
     for name, fn in phases:
         before = len(FAILED)

@@ -9,7 +9,7 @@
 #
 # PYTHON is an interpreter with PyTorch built with CUDA (its NCCL is the one that loads tsnet).
 # Environment (all optional):
-#   MODES        check, killpeer, exitlive (default: check killpeer; guest.py says what each does)
+#   MODES        check, killpeer, exitlive, many (default: check killpeer; guest.py says what each does)
 #   VARIANTS     any of nccl-tests/variants.sh's (default: tsnet tsnet-ofi-host socket)
 #   NPROC        processes, one GPU each (default: 2)
 #   GUEST_ARGS   more arguments of guest.py (e.g. --steps 200)
@@ -34,7 +34,7 @@ NPROC=${NPROC:-2}
 RUN_TIMEOUT=${RUN_TIMEOUT:-420}
 . "$here/../../nccl-tests/variants.sh"
 for v in $VARIANTS; do variant_env "$v" > /dev/null; done
-for m in $MODES; do case $m in check|killpeer|exitlive) ;; *) echo "unknown mode $m" >&2; exit 2 ;; esac; done
+for m in $MODES; do case $m in check|killpeer|exitlive|many) ;; *) echo "unknown mode $m" >&2; exit 2 ;; esac; done
 
 printf 'name\tstatus\tseconds\n' > "$out/runs.tsv"
 : > "$out/summary.txt"
@@ -59,7 +59,9 @@ for mode in $MODES; do
     log=$out/$name.log
     {
       printf '%s: exit %s in %s s, %s WARN line(s)\n' "$name" "$status" "$secs" "$(grep -c ' NCCL WARN ' "$log")"
-      grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|fork:|timing:|done:|the all_reduce failed|no error in|exits now|exits with|process group up)' "$log" | sed 's/^/  /'
+      grep -E '^guest r[0-9]+: (torch |FAIL|phase |ddp:|fork:|timing:|done:|many:|the all_reduce failed|no error in|exits now|exits with|process group up)' "$log" | sed 's/^/  /'
+      # NCCL's INFO line for each connection a rank made over the network (send and receive sides apart).
+      printf '  network connections made, all ranks: %s\n' "$(grep -cE '\[(send|receive)\] via NET/' "$log")"
       if [ "$mode" = killpeer ]; then
         killed=$(sed -n 's/^guest r[0-9]*: exits now .* at \([0-9.]*\)$/\1/p' "$log" | head -1)
         seen=$(sed -n 's/^guest r[0-9]*: the all_reduce failed, seen at \([0-9.]*\),.*/\1/p' "$log" | sort -n | head -1)

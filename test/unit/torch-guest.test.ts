@@ -55,7 +55,7 @@ describe('test/torch scripts', () => {
     }
   });
 
-  it.skipIf(!!torchWhy)(`guest.py passes its checks over gloo on the CPU, and fails them on one wrong element${torchWhy ? ` (skipped: ${torchWhy})` : ''}`, async () => {
+  it.skipIf(!!torchWhy)(`guest.py passes its checks (check and many modes) over gloo on the CPU, and fails them on one wrong element${torchWhy ? ` (skipped: ${torchWhy})` : ''}`, async () => {
     const args = ['--max-elems', '4096', '--steps', '6', '--churn', '2'];
     const good = await gloo(guest, args);
     for (const r of good) {
@@ -64,6 +64,14 @@ describe('test/torch scripts', () => {
       expect(r.out).toMatch(/fork: 16 batches from forked data loader workers/);
       expect(r.out).toMatch(/phase ddp: ok/);
       expect(r.out).toMatch(/done: 0 failed check\(s\) here, 0 on all ranks/);
+      expect(r.status).toBe(0);
+    }
+    const many = await gloo(guest, ['--mode', 'many', '--groups', '3', '--quiet', '0.2']);
+    for (const r of many) {
+      expect(r.out).toMatch(/many: 3 communicators up in /);
+      expect(r.out).toMatch(/many: after 0\.2 s quiet: an all_reduce of 4096 B on each of 3 communicators/);
+      expect(r.out).toMatch(/many: destroyed in .* descriptors/);
+      expect(r.out).toMatch(/phase many: ok/);
       expect(r.status).toBe(0);
     }
     // The same script with every received tensor's last element off by one.
