@@ -52,10 +52,11 @@ struct Mr {
 // One buffer of a posted operation, resolved inside its registered region.
 struct Buf {
   uint32_t mrId;    // region id, 0 when size is 0 and no region was given
+  int tag;          // NCCL's tag (the peer rank)
   uint64_t offset;  // from the region's base
   uint64_t size;    // bytes to send, or room to receive
-  int tag;          // NCCL's tag (the peer rank)
-};
+};  // 24 bytes: a comm holds 256 requests of 8
+static_assert(sizeof(Buf) == 24, "Buf has no padding");
 
 // A request slot: the pointer NCCL holds between isend/irecv/iflush and the test that ends it.
 // Its state lives in the comm's status array, which the protocol thread writes.

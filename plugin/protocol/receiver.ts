@@ -17,6 +17,9 @@ import { NO_OP, type StreamLink } from './link';
 import { MAX_ENTRIES, Matcher, type RecvEntry, sizeError } from './matching';
 import { stripeCount } from './policies';
 
+/** A flush's sizes: it reports none. */
+const NO_SIZES: readonly number[] = [];
+
 /** The largest message a peer may announce: the largest isend (core.cc refuses more). */
 const MAX_MESSAGE = 0x7fffffff;
 /** Messages in flight on one link at most (a message's id takes 16 bits of its token). */
@@ -106,7 +109,12 @@ class LaneQueue {
 export class Receiver extends Endpoint {
   protected readonly kind = 'receive';
   protected readonly peer = 'sender';
-  private readonly recvs: RecvOp[];
+  // Receives in flight, from a pool: NCCL posts at most 32 per comm (usually 8) though a comm has
+  // 256 request slots, used in turn. One object per slot held 256 of them per comm, 1 KiB each
+  // with their arrays: 0.25 MiB of heap per receive comm, most of the plugin's memory in a process
+  // with thousands of comms (docs/performance.md, item 38).
+  private readonly ops: RecvOp[] = objectArray(); // every receive made, in flight or free
+  private readonly freeOps: RecvOp[] = objectArray();
   private readonly matcher: Matcher<RecvOp, Msg>;
   private readonly lanesQ: LaneQueue[];
   private readonly msgs: Msg[] = objectArray();
@@ -127,14 +135,7 @@ export class Receiver extends Endpoint {
 
   constructor(link: StreamLink, complete: Complete, name: string, slots: number) {
     super(link, complete, name);
-    this.recvs = Array.from({ length: slots }, (_, slot) => {
-      const entries = Array.from({ length: MAX_ENTRIES }, () => ({ size: 0, tag: 0 }));
-      return {
-        slot, gen: 0, active: false, n: 0, left: 0, taken: 0,
-        regions: new Array(MAX_ENTRIES).fill(null), offsets: new Array(MAX_ENTRIES).fill(0),
-        entries, views: entries.map((_e, i) => entries.slice(0, i + 1)), got: new Array(MAX_ENTRIES).fill(0), failed: undefined,
-      };
-    });
+    void slots; // receives come from the pool, whatever slot NCCL's request took
     this.matcher = new Matcher((r, i, m) => this.matched(r, i, m));
     this.lanesQ = Array.from({ length: link.lanes }, () => new LaneQueue());
   }
@@ -143,9 +144,37 @@ export class Receiver extends Endpoint {
     return this.active;
   }
 
+  /** Receives made so far (the most in flight at once), for tests. */
+  get receivesMade(): number {
+    return this.ops.length;
+  }
+
+  private takeOp(slot: number): RecvOp {
+    let r = this.freeOps.pop();
+    if (!r) {
+      const entries = Array.from({ length: MAX_ENTRIES }, () => ({ size: 0, tag: 0 }));
+      r = {
+        slot, gen: 0, active: false, n: 0, left: 0, taken: 0,
+        regions: new Array(MAX_ENTRIES).fill(null), offsets: new Array(MAX_ENTRIES).fill(0),
+        entries, views: entries.map((_e, i) => entries.slice(0, i + 1)), got: new Array(MAX_ENTRIES).fill(0), failed: undefined,
+      };
+      this.ops.push(r);
+    }
+    r.slot = slot;
+    return r;
+  }
+
+  // NCCL has the receive back: its object serves the next. A message still pointing at it is
+  // told apart by the generation, which the next irecv moves on.
+  private giveBack(r: RecvOp): void {
+    for (let i = 0; i < r.n; i++) r.regions[i] = null;
+    r.failed = undefined;
+    this.freeOps.push(r);
+  }
+
   irecv(slot: number, a: RecvArgs): void {
     if (this.failed) return this.refuse(slot, a.n);
-    const r = this.recvs[slot];
+    const r = this.takeOp(slot);
     r.gen = (r.gen + 1) & 0xffffff;
     r.active = true;
     r.n = a.n;
@@ -167,7 +196,7 @@ export class Receiver extends Endpoint {
 
   /** Host memory needs no flush: the bytes are in place once the receive completed. */
   iflush(slot: number): void {
-    this.complete(slot, ResultCode.SUCCESS, this.recvs[slot].got, 0);
+    this.complete(slot, ResultCode.SUCCESS, NO_SIZES, 0);
   }
 
   /** Periodic: also fails a link whose oldest message has matched nothing for the whole timeout. */
@@ -367,8 +396,8 @@ export class Receiver extends Endpoint {
   private report(r: RecvOp): void {
     r.active = false;
     this.active--;
-    for (let i = 0; i < r.n; i++) r.regions[i] = null;
     this.complete(r.slot, r.failed ? r.failed.code : ResultCode.SUCCESS, r.got, r.n);
+    this.giveBack(r);
   }
 
   // The receive ends in error once every message it took is consumed; bytes of its messages not
@@ -386,11 +415,12 @@ export class Receiver extends Endpoint {
 
   protected cancelPending(err: NetError): number {
     let n = 0;
-    for (const r of this.recvs) {
+    for (const r of this.ops) {
       if (!r.active) continue;
       r.active = false;
       n++;
       this.complete(r.slot, r.failed ? r.failed.code : err.code, r.got, r.n);
+      this.giveBack(r);
     }
     this.active = 0;
     this.matcher.clear();
@@ -400,7 +430,7 @@ export class Receiver extends Endpoint {
 
   cancelRegion(region: Region): number {
     let n = 0;
-    for (const r of this.recvs) {
+    for (const r of this.ops) {
       if (!r.active || !r.regions.slice(0, r.n).includes(region)) continue;
       // Reads already handed to the transport drop the rest of their bytes before NCCL has the
       // receive back: those into the region, and those into the receive's other buffers.
@@ -414,6 +444,7 @@ export class Receiver extends Endpoint {
       r.active = false;
       this.active--;
       this.complete(r.slot, ResultCode.INVALID_USAGE, r.got, r.n);
+      this.giveBack(r);
     }
     // A WARN: each fails with ncclInvalidUsage, which NCCL reports without a word.
     if (n) log.warn(`${this.name}: the memory of ${n} receive(s) in flight was deregistered; failing them`);

@@ -186,6 +186,27 @@ describe('many requests in flight', () => {
       expect(bySlot(p.received.splice(0))).toEqual(sizes.map((s, k) => ok(k, s)));
       for (let k = 0; k < 256; k++) expectLanded(dst[k], src[k].view, `round ${round}, message ${k}`);
     }
+    expect(p.receiver.receivesMade).toBe(256); // the second round took the first one's back
+  });
+
+  it('receives come from a pool as large as the most in flight: one at a time over every slot makes one, 8 at a time 8', async () => {
+    const p = pair({ lanes: 2, minStripe: 4 * KiB, eagerMax: 512 });
+    for (const [inFlight, rounds] of [[1, 300], [8, 40]]) {
+      for (let round = 0, slot = 0; round < rounds; round++) {
+        const sizes = Array.from({ length: inFlight }, (_, k) => ((round * inFlight + k) * 1237) % 12_000);
+        const src = sizes.map((s, k) => p.mem.buf(s, round * 8 + k));
+        const dst = sizes.map((s) => p.mem.buf(s + 5));
+        const slots = sizes.map(() => slot++ % 256);
+        slots.forEach((sl, k) => p.recv(sl, { buf: dst[k], tag: k }));
+        slots.forEach((sl, k) => p.send(sl, src[k], k));
+        await p.settle();
+        expect(bySlot(p.received.splice(0))).toEqual(bySlot(sizes.map((s, k) => ok(slots[k], s))));
+        p.sent.splice(0);
+        sizes.forEach((_, k) => expectLanded(dst[k], src[k].view, `${inFlight} in flight, round ${round}, message ${k}`));
+      }
+      expect(p.receiver.receivesMade).toBe(inFlight);
+    }
+    expect(warnings()).toEqual([]);
   });
 });
 
