@@ -3714,13 +3714,22 @@ static void sc_held(int version) {
 // on every pair, all posted before any is tested, each validated; then every close. A job with many peers and channels holds
 // hundreds of comms per process; a per-process table, an id space or a queue that fills would
 // show here as a failed call, a lost message or a hang.
-static void sc_many(int version) {
-  set_prefix(version, "many", NULL);
-  Net n;
-  void* ctx = NULL;
-  if (open_with_ctx(&n, version, &ctx)) return;
-  const char* env = getenv("TSNET_TEST_PAIRS");
-  int P = env && atoi(env) > 0 ? atoi(env) : 256;
+// This process's resident memory in KiB (VmRSS), -1 when /proc cannot say.
+static long resident_kib(void) {
+  FILE* f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmRSS:", 6)) kib = atol(line + 6);
+  fclose(f);
+  return kib;
+}
+
+// One cycle of `many`: P pairs opened, used and closed. Returns 0 when every step passed.
+static int many_cycle(Net* np, void* ctx, int P) {
+  Net n = *np;
+  int failures = g_fail;
   enum { SZ = 64 << 10, ROUNDS = 3 };
   void **lc = calloc((size_t)P, sizeof *lc), **sc = calloc((size_t)P, sizeof *sc), **rc = calloc((size_t)P, sizeof *rc);
   void **smh = calloc((size_t)P, sizeof *smh), **rmh = calloc((size_t)P, sizeof *rmh);
@@ -3793,6 +3802,7 @@ static void sc_many(int version) {
                round, P, now_s() - t, left, failed, wrong))
       break;
   }
+  if (regs == P) note("resident with every pair up: %ld KiB", resident_kib());
   int closes = 0;
   for (int i = 0; i < P; i++) {
     if (smh[i]) shim_dereg_mr(&n, sc[i], smh[i]);
@@ -3803,6 +3813,32 @@ static void sc_many(int version) {
   }
   check(closes == 3 * P, "closeSend, closeRecv and closeListen of %d pairs return 0 (%d of %d)", P, closes, 3 * P);
   free(lc), free(sc), free(rc), free(smh), free(rmh), free(sreq), free(rreq), free(handles), free(sbuf), free(rbuf);
+  return g_fail != failures;
+}
+
+// TSNET_TEST_CYCLES (1): the pairs are opened, used and closed that many times in one context,
+// and the process's resident memory is printed after each cycle's closes (a settled plugin, one
+// second later): what comms leave behind once closed should not grow from cycle to cycle.
+static void sc_many(int version) {
+  set_prefix(version, "many", NULL);
+  Net n;
+  void* ctx = NULL;
+  if (open_with_ctx(&n, version, &ctx)) return;
+  const char* env = getenv("TSNET_TEST_PAIRS");
+  int P = env && atoi(env) > 0 ? atoi(env) : 256;
+  const char* cenv = getenv("TSNET_TEST_CYCLES");
+  int cycles = cenv && atoi(cenv) > 0 ? atoi(cenv) : 1;
+  note("resident before the first cycle: %ld KiB", resident_kib());
+  for (int c = 1; c <= cycles; c++) {
+    char name[32];
+    snprintf(name, sizeof name, cycles > 1 ? "many, cycle %d" : "many", c);
+    set_prefix(version, name, NULL);
+    int bad = many_cycle(&n, ctx, P);
+    usleep(1000 * 1000);
+    note("resident after %d cycle(s) of %d pairs: %ld KiB", c, P, resident_kib());
+    if (bad) break;
+  }
+  set_prefix(version, "many", NULL);
   fini_ctx(&n, ctx);
   shim_close(&n);
 }
