@@ -126,7 +126,10 @@ static Comm* newComm(uint32_t magic, uint32_t jsId, int thread, Ctx* ctx) {
     c->slots[i].magic = kMagicRequest;
     c->slots[i].comm = c;
     c->slots[i].index = static_cast<uint16_t>(i);
+    c->slots[i].group = -1;
+    c->slots[i].bufs = &c->slots[i].one;
   }
+  c->groupsFree = kGroups == 32 ? ~0u : (1u << kGroups) - 1;
   if (jsAttachComm(c) != TSN_SUCCESS) {
     jsCloseComm(c);
     recycle(c);
@@ -205,6 +208,36 @@ static Request* takeSlot(Comm* c) {
     }
   }
   return nullptr;
+}
+
+// A free group of buffers of the comm (its index), or -1 when every one is in flight.
+static int takeGroup(Comm* c) {
+  uint32_t free = __atomic_load_n(&c->groupsFree, __ATOMIC_ACQUIRE);
+  while (free) {
+    int g = __builtin_ctz(free);
+    if (__atomic_compare_exchange_n(&c->groupsFree, &free, free & ~(1u << g), false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      return g;
+  }
+  return -1;
+}
+
+static void freeGroup(Comm* c, int g) { __atomic_fetch_or(&c->groupsFree, 1u << g, __ATOMIC_RELEASE); }
+
+// A slot for an operation of n buffers, with them copied in (a group of the comm's when n > 1),
+// or nullptr when every slot or every group is in flight (NCCL tries again later).
+static Request* takeSlotFor(Comm* c, int n, const Buf* bufs) {
+  int g = n > 1 ? takeGroup(c) : -1;
+  if (n > 1 && g < 0) return nullptr;
+  Request* r = takeSlot(c);
+  if (!r) {
+    if (g >= 0) freeGroup(c, g);
+    return nullptr;
+  }
+  r->group = g;
+  r->bufs = g >= 0 ? c->groups[g] : &r->one;
+  memcpy(r->bufs, bufs, sizeof(Buf) * n);
+  r->n = n;
+  return r;
 }
 
 // Hands a filled slot to the comm's protocol thread.
@@ -401,12 +434,10 @@ tsn_result_t tsn_isend(void* sendComm, void* data, size_t size, int tag, void* m
   tsn_result_t rc = resolve(c, "isend", data, size, mhandle, tag, &b);
   if (rc != TSN_SUCCESS) return rc;
   if (hostDown(c->thread, "isend")) return TSN_INTERNAL_ERROR;  // no protocol thread would take the request
-  Request* r = takeSlot(c);
+  Request* r = takeSlotFor(c, 1, &b);
   *request = r;
   if (!r) return TSN_SUCCESS;  // all slots in flight: NCCL tries again later
   r->op = kOpSend;
-  r->n = 1;
-  r->bufs[0] = b;
   post(c, r);
   return TSN_SUCCESS;
 }
@@ -426,12 +457,10 @@ tsn_result_t tsn_irecv(void* recvComm, int n, void** data, const size_t* sizes, 
     if (rc != TSN_SUCCESS) return rc;
   }
   if (hostDown(c->thread, "irecv")) return TSN_INTERNAL_ERROR;  // no protocol thread would take the request
-  Request* r = takeSlot(c);
+  Request* r = takeSlotFor(c, n, bufs);
   *request = r;
   if (!r) return TSN_SUCCESS;
   r->op = kOpRecv;
-  r->n = n;
-  memcpy(r->bufs, bufs, sizeof(Buf) * n);
   post(c, r);
   return TSN_SUCCESS;
 }
@@ -450,12 +479,13 @@ tsn_result_t tsn_iflush(void* recvComm, int n, void** data, int* sizes, void** m
     if (rc != TSN_SUCCESS) return rc;
   }
   if (hostDown(c->thread, "iflush")) return TSN_INTERNAL_ERROR;  // no protocol thread would take the request
-  Request* r = takeSlot(c);
+  Request* r = takeSlotFor(c, n, bufs);
+  // A NULL flush request tells NCCL there was nothing to flush: never hand one out for want of room.
+  if (!r)
+    FAIL(TSN_INVALID_USAGE, "iflush: every request slot or group of buffers of receive comm %p is in flight (NCCL keeps at most %d requests in flight per comm)",
+         recvComm, TSN_MAX_REQUESTS);
   *request = r;
-  if (!r) return TSN_SUCCESS;
   r->op = kOpFlush;
-  r->n = n;
-  memcpy(r->bufs, bufs, sizeof(Buf) * n);
   post(c, r);
   return TSN_SUCCESS;
 }
@@ -475,6 +505,10 @@ tsn_result_t tsn_test(void* request, int* done, int* sizes) {
   *done = 1;
   tsn_result_t rc = s == kDone ? TSN_SUCCESS : st->result;
   if (s == kDone && sizes && r->op != kOpFlush) memcpy(sizes, st->sizes, sizeof(int) * (r->op == kOpRecv ? r->n : 1));
+  if (r->group >= 0) {  // the protocol thread copied the buffers when it took the request
+    freeGroup(r->comm, r->group);
+    r->group = -1;
+  }
   __atomic_store_n(&st->state, kFree, __ATOMIC_RELEASE);
   return rc;
 }

@@ -61,16 +61,24 @@ static_assert(sizeof(Buf) == 24, "Buf has no padding");
 // A request slot: the pointer NCCL holds between isend/irecv/iflush and the test that ends it.
 // Its state lives in the comm's status array, which the protocol thread writes.
 struct Request {
-  uint32_t magic;           // kMagicRequest
-  Request* next;            // link in the post queue
-  Comm* comm;               // owner
-  uint16_t index;           // position in the owner's pool (and its status)
-  int op;                   // OpKind
-  int n;                    // buffers in the operation
-  double postedUs;          // when NCCL posted it (TSNET_TRACE), else 0
-  bool warmup;              // posted by the warm-up at init (warmup.cc), not by NCCL
-  Buf bufs[TSN_MAX_RECVS];  // what was posted
+  uint32_t magic;  // kMagicRequest
+  Request* next;   // link in the post queue
+  Comm* comm;      // owner
+  uint16_t index;  // position in the owner's pool (and its status)
+  int op;          // OpKind
+  int n;           // buffers in the operation
+  int group;       // the owner's group of buffers it holds (n > 1), else -1
+  double postedUs; // when NCCL posted it (TSNET_TRACE), else 0
+  bool warmup;     // posted by the warm-up at init (warmup.cc), not by NCCL
+  Buf one;         // the buffer of an operation of one
+  Buf* bufs;       // what was posted: &one, or the group's buffers
 };
+
+// Groups of buffers for receives and flushes of more than one buffer: NCCL keeps at most
+// TSN_MAX_REQUESTS requests in flight per comm, so as many groups serve every slot (8 buffers
+// in each of the 256 slots took 48 KiB per comm; docs/performance.md, item 39).
+constexpr int kGroups = TSN_MAX_REQUESTS;
+static_assert(kGroups <= 32, "the free groups are the bits of one word");
 
 struct Comm {
   uint32_t magic;   // kMagicSend or kMagicRecv
@@ -80,6 +88,8 @@ struct Comm {
   Ctx* ctx;         // the context it was made in (finalize retires it)
   alignas(64) tsn_slot_status_t status[kSlotsPerComm];  // shared with that thread
   Request slots[kSlotsPerComm];
+  uint32_t groupsFree;                  // bit g: groups[g] is free (atomic: taken at a post, freed at its test)
+  Buf groups[kGroups][TSN_MAX_RECVS];  // buffers of the requests of more than one
 };
 
 inline int slotState(const Comm* c, int i) { return __atomic_load_n(&c->status[i].state, __ATOMIC_ACQUIRE); }

@@ -3843,6 +3843,97 @@ static void sc_many(int version) {
   shim_close(&n);
 }
 
+// ---------------------------------------------------------------- groups
+
+// A receive of more than one buffer holds one of its comm's TSN_MAX_REQUESTS groups of buffers
+// while in flight (NCCL keeps no more requests than that in flight per comm): one more at once
+// gets a NULL request (NCCL posts it again later), a receive of one buffer still gets a slot, a
+// flush of more than one fails (a NULL flush request would tell NCCL the flush was done), every
+// message lands in the entry of its tag, and once tested a group serves the next receive.
+static void sc_groups(int version) {
+  set_prefix(version, "groups", NULL);
+  Net n;
+  void* ctx = NULL;
+  if (open_with_ctx(&n, version, &ctx)) return;
+  int mr = max_recvs(&n);
+  enum { G = TSN_MAX_REQUESTS, SZ = 512, MSGS = 2 * G + 1 };
+  void *lc, *sc, *rc;
+  if (mr < 2) {
+    note("skip: the device's maxRecvs is %d", mr);
+  } else if (pair_open(&n, ctx, &lc, &sc, &rc) == 0) {
+    uint8_t* sbuf = malloc((size_t)(MSGS + 2) * SZ);
+    uint8_t* rbuf = calloc((size_t)(MSGS + 2), SZ);
+    for (int m = 0; m < MSGS + 2; m++) memset(sbuf + (size_t)m * SZ, 1 + m, SZ);
+    void *sm = NULL, *rm = NULL;
+    tsn_result_t r = shim_reg_mr(&n, sc, sbuf, (size_t)(MSGS + 2) * SZ, TSN_PTR_HOST, &sm);
+    tsn_result_t r2 = shim_reg_mr(&n, rc, rbuf, (size_t)(MSGS + 2) * SZ, TSN_PTR_HOST, &rm);
+    void* rreq[G + 2] = {0};
+    void* sreq[MSGS + 2] = {0};
+    size_t sizes[2] = {SZ, SZ};
+    int tags[2] = {1, 2};
+    void* mhs[2] = {rm, rm};
+    // Receive i takes messages 2i (tag 1) and 2i + 1 (tag 2) in rbuf's same places.
+    int posted = 0;
+    tsn_result_t last = TSN_SUCCESS;
+    for (int i = 0; i <= G && r == 0 && r2 == 0; i++) {
+      void* data[2] = {rbuf + (size_t)(2 * i) * SZ, rbuf + (size_t)(2 * i + 1) * SZ};
+      last = shim_irecv(&n, rc, 2, data, sizes, tags, mhs, &rreq[i]);
+      posted += last == TSN_SUCCESS && rreq[i] != NULL;
+    }
+    check(posted == G && last == TSN_SUCCESS && !rreq[G], "%d receives of 2 buffers in flight, the next one gets a NULL request (rc %d)", posted, last);
+    void* one = NULL;
+    r = recv_one(&n, rc, rbuf + (size_t)(2 * G) * SZ, SZ, 3, rm, &one);
+    check(r == TSN_SUCCESS && one, "a receive of one buffer still gets a request (rc %d)", r);
+    // A NULL flush request would tell NCCL the flush was done: with no group free, iflush fails.
+    void* fl = (void*)0x1;
+    int fsizes[2] = {SZ, SZ};
+    void* fdata[2] = {rbuf, rbuf + SZ};
+    r = shim_iflush(&n, rc, 2, fdata, fsizes, mhs, &fl);
+    check(r == TSN_INVALID_USAGE && !fl, "an iflush of 2 buffers with every group in flight fails with invalid usage, no request (rc %d)", r);
+    int sent = 0;
+    for (int m = 0; m < MSGS && sm; m++) {
+      int tag = m == 2 * G ? 3 : 1 + (m & 1);
+      for (double end = now_s() + g_timeout; !sreq[m] && now_s() < end;)
+        if (shim_isend(&n, sc, sbuf + (size_t)m * SZ, SZ, tag, sm, &sreq[m]) != TSN_SUCCESS) break;
+      sent += sreq[m] != NULL;
+    }
+    int ok = 0, wrong = 0;
+    for (int m = 0; m < MSGS; m++)
+      if (sreq[m] && wait_req(&n, sreq[m], NULL, g_timeout) == TSN_SUCCESS) ok++;
+    for (int i = 0; i < G; i++) {
+      int got[TSN_MAX_RECVS] = {0};
+      if (rreq[i] && wait_req(&n, rreq[i], got, g_timeout) == TSN_SUCCESS) ok++;
+      wrong += got[0] != SZ || got[1] != SZ;
+    }
+    int size = -1;
+    if (one && wait_req(&n, one, &size, g_timeout) == TSN_SUCCESS) ok++;
+    wrong += size != SZ;
+    for (int m = 0; m < MSGS; m++) wrong += memcmp(rbuf + (size_t)m * SZ, sbuf + (size_t)m * SZ, SZ) != 0;
+    check(sent == MSGS && ok == MSGS + G + 1 && !wrong, "%d messages by tag into the %d receives and the one: every request ends and every byte is in its entry (%d ended, %d wrong)",
+          sent, G, ok, wrong);
+    // Every group is free again: a receive of 2 takes one, and its two messages land.
+    void* again = NULL;
+    void* data[2] = {rbuf + (size_t)MSGS * SZ, rbuf + (size_t)(MSGS + 1) * SZ};
+    r = shim_irecv(&n, rc, 2, data, sizes, tags, mhs, &again);
+    void *s1 = NULL, *s2 = NULL;
+    for (double end = now_s() + g_timeout; sm && !s1 && now_s() < end;) shim_isend(&n, sc, sbuf + (size_t)MSGS * SZ, SZ, 1, sm, &s1);
+    for (double end = now_s() + g_timeout; sm && !s2 && now_s() < end;) shim_isend(&n, sc, sbuf + (size_t)(MSGS + 1) * SZ, SZ, 2, sm, &s2);
+    int got[TSN_MAX_RECVS] = {0};
+    tsn_result_t a = again ? wait_req(&n, again, got, g_timeout) : -1;
+    tsn_result_t b = s1 ? wait_req(&n, s1, NULL, g_timeout) : -1, c = s2 ? wait_req(&n, s2, NULL, g_timeout) : -1;
+    check(r == TSN_SUCCESS && again && a == 0 && b == 0 && c == 0 && got[0] == SZ && got[1] == SZ &&
+              !memcmp(rbuf + (size_t)MSGS * SZ, sbuf + (size_t)MSGS * SZ, 2 * SZ),
+          "after the tests a receive of 2 buffers gets a group again, and its messages land (rc %d, %d, %d, %d)", r, a, b, c);
+    if (sm) shim_dereg_mr(&n, sc, sm);
+    if (rm) shim_dereg_mr(&n, rc, rm);
+    pair_close(&n, lc, sc, rc, 1);
+    free(sbuf);
+    free(rbuf);
+  }
+  fini_ctx(&n, ctx);
+  shim_close(&n);
+}
+
 enum { ONE_PROC = 0, PAIR = 1, OWN_PROCS = 2 };
 typedef struct Scenario {
   const char* name;
@@ -3865,6 +3956,7 @@ static const Scenario SCENARIOS[] = {
     {"lifecycle", sc_lifecycle, ONE_PROC, 1, "closing with requests in flight, contexts, dlclose"},
     {"fork", sc_fork, ONE_PROC, 1, "a child forked with comms open: its calls fail at once, it exits, the parent goes on"},
     {"stale", sc_stale, ONE_PROC, 1, "handles given back, used again: refused with a WARN, never acting on a newer handle"},
+    {"groups", sc_groups, ONE_PROC, 1, "33 receives of 2 buffers: the last gets a NULL request, one of 1 still a slot, a flush of 2 fails; all land, then a group is free again"},
     {"exitbusy", sc_exitbusy, OWN_PROCS, 0, "processes exit() while a thread connects and closes pairs: no fault (not in all)"},
     {"held", sc_held, ONE_PROC, 0, "the process stopped, then a call held, past TSNET_TIMEOUT_SEC: comms live on, the WARN says why (not in all: run with TSNET_TIMEOUT_SEC=1)"},
     {"stopped", sc_stopped, ONE_PROC, 0, "the plugin's thread stops with comms open: later calls fail at once (not in all: needs TSNET_TEST_EXIT_FILE)"},
