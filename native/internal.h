@@ -55,7 +55,7 @@ struct Buf {
   int tag;          // NCCL's tag (the peer rank)
   uint64_t offset;  // from the region's base
   uint64_t size;    // bytes to send, or room to receive
-};  // 24 bytes: a comm holds 256 requests of 8
+};  // 24 bytes: one in each of a comm's 256 request slots, 8 in each of its 32 groups
 static_assert(sizeof(Buf) == 24, "Buf has no padding");
 
 // A request slot: the pointer NCCL holds between isend/irecv/iflush and the test that ends it.
