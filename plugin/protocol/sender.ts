@@ -4,7 +4,8 @@
 // no round trip. A send larger than its receive is reported by the receiver (NACK): the send
 // it names fails if still pending, else the next isend on this comm does.
 import { ResultCode } from '../abi';
-import { type NetError, invalidUsage, remoteError } from '../errors';
+import { objectArray } from '../arrays';
+import { type NetError, internalError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
 import type { Region } from '../memory';
 import { type Complete, Endpoint, ZEROS, laneError } from './endpoint';
@@ -13,13 +14,17 @@ import { NO_OP, type StreamLink } from './link';
 import { stripeCount } from './policies';
 
 /**
- * Generations run 1..GEN_MAX, so a token (slot | gen << 8) stays below 2^30: never NO_OP, never
+ * Generations run 1..GEN_MAX, so a token (id | gen << 8) stays below 2^30: never NO_OP, never
  * one of the engine's markers (CQE_RX, OP_REMOTE), and a small integer to V8, which boxed larger
  * ones at each call they crossed.
  */
 const GEN_MAX = 0x3fffff;
+/** Sends in flight at most: a token keeps 8 bits for its send's id (a comm has 256 request slots). */
+const MAX_OPS = 0x100;
 
 interface SendOp {
+  id: number; // index in ops, in the token
+  slot: number; // NCCL's request
   gen: number;
   active: boolean;
   writes: number; // writes not yet done
@@ -36,14 +41,22 @@ export class Sender extends Endpoint {
   private seq = 0;
   private counter = 0; // stripes sent so far: the lane policy's counter
   private active = 0;
-  private readonly ops: SendOp[];
+  // Sends in flight, from a pool as large as the most at once (the receiver's, item 38 of
+  // docs/performance.md): one object per request slot held 256 per comm.
+  private readonly ops: SendOp[] = objectArray();
+  private readonly freeOps: SendOp[] = objectArray();
   private readonly sizeOut = new Float64Array(1); // typed: sizes from the mailbox are boxed numbers
   /** A NACK for a send that had already completed: the next isend reports it. */
   private nacked: NetError | undefined;
 
   constructor(link: StreamLink, complete: Complete, name: string, slots: number) {
     super(link, complete, name);
-    this.ops = Array.from({ length: slots }, () => ({ gen: 0, active: false, writes: 0, seq: 0, size: 0, tag: 0, code: ResultCode.SUCCESS, region: null }));
+    void slots; // sends come from the pool, whatever slot NCCL's request took
+  }
+
+  /** Sends made so far (the most in flight at once), for tests. */
+  get sendsMade(): number {
+    return this.ops.length;
   }
 
   get pending(): number {
@@ -52,7 +65,13 @@ export class Sender extends Endpoint {
 
   isend(slot: number, region: Region | null, offset: number, size: number, tag: number): void {
     if (this.failed) return this.refuse(slot, 1);
-    const op = this.ops[slot];
+    let op = this.freeOps.pop();
+    if (!op) {
+      if (this.ops.length >= MAX_OPS) return this.fail(internalError(`${this.name}: more than ${MAX_OPS} sends in flight`));
+      op = { id: this.ops.length, slot, gen: 0, active: false, writes: 0, seq: 0, size: 0, tag: 0, code: ResultCode.SUCCESS, region: null };
+      this.ops.push(op);
+    }
+    op.slot = slot;
     op.gen = op.gen >= GEN_MAX ? 1 : op.gen + 1;
     op.active = true;
     op.seq = this.seq;
@@ -65,7 +84,7 @@ export class Sender extends Endpoint {
       op.code = this.nacked.code;
       this.nacked = undefined;
     }
-    const token = (slot | (op.gen << 8)) >>> 0;
+    const token = (op.id | (op.gen << 8)) >>> 0;
     const addr = region ? region.base + offset : 0;
     const p = this.link.policy;
     if (p.eager.eager(size, p.eagerMax, p.lanes)) {
@@ -82,7 +101,7 @@ export class Sender extends Endpoint {
         if (++lane === p.lanes) lane = 0;
       }
       this.counter += n;
-      if (n === 0) this.done(slot, op);
+      if (n === 0) this.done(op);
     }
     this.seq++;
     this.active++;
@@ -91,28 +110,30 @@ export class Sender extends Endpoint {
   }
 
   onOp(token: number, status: number, time: number, io: number): void {
-    const slot = token & 0xff;
-    const op = this.ops[slot];
+    const op = this.ops[token & 0xff];
     if (!op || !op.active || op.gen !== token >>> 8 || this.failed) return;
     if (status !== 0) return this.fail(laneError(this.name, status));
     // io -1: the protocol thread wrote the frame itself (Port.submitFrame), during its turn.
-    if (this.trace) this.trace.step(slot, io < 0 ? 'written here' : 'written', time, io);
-    if (--op.writes === 0) this.done(slot, op);
+    if (this.trace) this.trace.step(op.slot, io < 0 ? 'written here' : 'written', time, io);
+    if (--op.writes === 0) this.done(op);
   }
 
-  private done(slot: number, op: SendOp): void {
+  // NCCL gets the send back; its object serves the next (a write still naming it is told apart
+  // by the generation, which the next isend moves on).
+  private done(op: SendOp): void {
     op.active = false;
     op.region = null;
     this.active--;
     this.sizeOut[0] = op.size;
-    this.complete(slot, op.code, this.sizeOut, 1);
+    this.complete(op.slot, op.code, this.sizeOut, 1);
+    this.freeOps.push(op);
   }
 
   protected onFrame(f: Frame): void {
     if (f.type !== FrameType.NACK) return this.unexpected(f);
     if (f.seq < 0 || f.seq >= this.seq)
       return this.fail(remoteError(`${this.name}: protocol error: a NACK for message ${f.seq}, which was never sent (${this.seq} sent)`));
-    const op = this.ops.find((o) => o.seq === f.seq && o.gen > 0);
+    const op = this.ops.find((o) => o.seq === f.seq && o.gen > 0); // a completed one keeps its words until reused
     const what = op ? `the ${op.size}-byte send (tag ${op.tag}, message ${f.seq})` : `message ${f.seq}`;
     const e = invalidUsage(`${this.name}: ${what} does not fit the ${f.size}-byte receive it matched`);
     if (op?.active) {
@@ -125,12 +146,12 @@ export class Sender extends Endpoint {
   }
 
   protected failPending(err: NetError): void {
-    for (let slot = 0; slot < this.ops.length; slot++) {
-      const op = this.ops[slot];
+    for (const op of this.ops) {
       if (!op.active) continue;
       op.active = false;
       op.region = null;
-      this.complete(slot, err.code, ZEROS, 1);
+      this.complete(op.slot, err.code, ZEROS, 1);
+      this.freeOps.push(op);
     }
     this.active = 0;
   }

@@ -187,9 +187,10 @@ describe('many requests in flight', () => {
       for (let k = 0; k < 256; k++) expectLanded(dst[k], src[k].view, `round ${round}, message ${k}`);
     }
     expect(p.receiver.receivesMade).toBe(256); // the second round took the first one's back
+    expect(p.sender.sendsMade).toBe(256);
   });
 
-  it('receives come from a pool as large as the most in flight: one at a time over every slot makes one, 8 at a time 8', async () => {
+  it('receives and sends come from pools as large as the most in flight: one at a time over every slot makes one, 8 at a time 8', async () => {
     const p = pair({ lanes: 2, minStripe: 4 * KiB, eagerMax: 512 });
     for (const [inFlight, rounds] of [[1, 300], [8, 40]]) {
       for (let round = 0, slot = 0; round < rounds; round++) {
@@ -205,6 +206,7 @@ describe('many requests in flight', () => {
         sizes.forEach((_, k) => expectLanded(dst[k], src[k].view, `${inFlight} in flight, round ${round}, message ${k}`));
       }
       expect(p.receiver.receivesMade).toBe(inFlight);
+      expect(p.sender.sendsMade).toBe(inFlight);
     }
     expect(warnings()).toEqual([]);
   });
@@ -1375,8 +1377,12 @@ describe('the sender against a hand-driven receiver', () => {
 
   it('a NACK naming a message sent long ago, whose send it no longer holds, fails the next send', async () => {
     const r = rawReceiver();
-    for (let i = 0; i < 20; i++) r.sender.isend(i % 16, null, 0, 0, 0); // 16 slots: message 0's op is reused
-    await r.settle();
+    // One at a time: each send's object serves the next, so message 0's is gone.
+    for (let i = 0; i < 20; i++) {
+      r.sender.isend(i % 16, null, 0, 0, 0);
+      await r.settle();
+    }
+    expect(r.sender.sendsMade).toBe(1);
     r.raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, NO_OP);
     await r.settle();
     expect(warnings()).toEqual(['test-send: message 0 does not fit the 10-byte receive it matched; it had completed: the next send on this comm fails']);
@@ -1406,9 +1412,11 @@ describe('the sender against a hand-driven receiver', () => {
 describe('op tokens', () => {
   it.each([0x3ffffe, 0x7ffffe])('stay below 2^30 (small integers to V8, never the engine\'s markers), even where a slot\'s or a message\'s generation wraps (from %i)', async (gen) => {
     const p = pair({ eagerMax: 1000 });
-    // White box: fast-forward slot 255's generation (the highest slot: the top token bits), and
-    // the receiver's first message's.
-    (p.sender as unknown as { ops: { gen: number }[] }).ops[255].gen = gen;
+    // White box: a pool of 256 sends whose next is the highest id (the top token bits), its
+    // generation fast-forwarded; and the receiver's first message's.
+    const sender = p.sender as unknown as { ops: object[]; freeOps: object[] };
+    for (let id = 0; id < 256; id++) sender.ops.push({ id, slot: 0, gen: id === 255 ? gen : 0, active: false, writes: 0, seq: 0, size: 0, tag: 0, code: 0, region: null });
+    sender.freeOps.push(...sender.ops);
     const msgs = (p.receiver as unknown as { msgs: { gen: number }[] }).msgs;
     const roundTrip = async (slot: number, size: number, seed: number) => {
       const d = p.mem.buf(size);
