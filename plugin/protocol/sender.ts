@@ -67,7 +67,10 @@ export class Sender extends Endpoint {
     if (this.failed) return this.refuse(slot, 1);
     let op = this.freeOps.pop();
     if (!op) {
-      if (this.ops.length >= MAX_OPS) return this.fail(internalError(`${this.name}: more than ${MAX_OPS} sends in flight`));
+      if (this.ops.length >= MAX_OPS) {
+        this.fail(internalError(`${this.name}: more than ${MAX_OPS} sends in flight`));
+        return this.refuse(slot, 1); // this one ends with the others
+      }
       op = { id: this.ops.length, slot, gen: 0, active: false, writes: 0, seq: 0, size: 0, tag: 0, code: ResultCode.SUCCESS, region: null };
       this.ops.push(op);
     }

@@ -1391,6 +1391,16 @@ describe('the sender against a hand-driven receiver', () => {
     expect(r.sent.at(-1)).toEqual({ slot: 0, code: ResultCode.INVALID_USAGE, sizes: [0] });
   });
 
+  it('a 257th send in flight (NCCL has 256 request slots per comm) fails the comm with INTERNAL_ERROR, itself included', async () => {
+    const r = rawReceiver();
+    for (let i = 0; i < 257; i++) r.sender.isend(i % 256, null, 0, 0, 0); // none has completed yet
+    await r.settle();
+    expect(r.sent).toHaveLength(257);
+    expect(r.sent.every((c) => c.code === ResultCode.INTERNAL_ERROR)).toBe(true);
+    expect(r.sender.sendsMade).toBe(256);
+    expect(warnings()[0]).toMatch(/^test-send: more than 256 sends in flight/);
+  });
+
   it.each<[string, (raw: StreamLink) => void, string]>([
     ['a MSG', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, 0, 0, 0, NO_OP), 'test-send: protocol error: unexpected frame type 1 from the receiver'],
     ['type 2', (raw) => raw.frame(2, 0, 0, 0, 0, 0, 0, NO_OP), 'test-send: protocol error from the receiver: unknown frame type 2'],
