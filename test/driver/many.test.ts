@@ -17,8 +17,8 @@ if (HAVE_LIBFABRIC)
 /**
  * Resident memory a pair of comms may add over TCP, the driver's own 128 KiB per pair included.
  * The receiver's per-slot objects (256 per receive comm, 1 KiB each) took it to 1070 KiB per
- * pair; since they come from a pool, 570 (docs/performance.md, item 38), and about 500 since a
- * request slot keeps one buffer (item 39). Not checked over
+ * pair; since they come from a pool, 570 (docs/performance.md, item 38), and about 470 since a
+ * request slot keeps one buffer and sends come from a pool too (item 39). Not checked over
  * libfabric: its endpoint and the provider's own memory come with the first listen, after the
  * baseline (61 to 162 MiB before, from run to run, with libfabric tcp).
  */
