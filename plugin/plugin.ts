@@ -383,7 +383,6 @@ export class Plugin {
     // Completions of a closed comm go nowhere: NCCL no longer holds its requests.
     return {
       name: `comm ${id}`,
-      slots: this.host.slotsPerComm,
       complete: (slot: number, code: ResultCode, sizes: ArrayLike<number>, n: number) => {
         const c = this.comms.get(id);
         if (c) this.finish(c, slot, code, sizes, n);

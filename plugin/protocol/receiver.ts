@@ -133,9 +133,8 @@ export class Receiver extends Endpoint {
   private endWarned = false; // settle has WARNed once
   private lossWarned = false; // a message cut short by its data lane's end has been WARNed
 
-  constructor(link: StreamLink, complete: Complete, name: string, slots: number) {
+  constructor(link: StreamLink, complete: Complete, name: string) {
     super(link, complete, name);
-    void slots; // receives come from the pool, whatever slot NCCL's request took
     this.matcher = new Matcher((r, i, m) => this.matched(r, i, m));
     this.lanesQ = Array.from({ length: link.lanes }, () => new LaneQueue());
   }

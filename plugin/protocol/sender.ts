@@ -8,7 +8,7 @@ import { objectArray } from '../arrays';
 import { type NetError, internalError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
 import type { Region } from '../memory';
-import { type Complete, Endpoint, ZEROS, laneError } from './endpoint';
+import { Endpoint, ZEROS, laneError } from './endpoint';
 import { FLAG_EAGER, type Frame, FrameType } from './frames';
 import { NO_OP, type StreamLink } from './link';
 import { stripeCount } from './policies';
@@ -48,11 +48,6 @@ export class Sender extends Endpoint {
   private readonly sizeOut = new Float64Array(1); // typed: sizes from the mailbox are boxed numbers
   /** A NACK for a send that had already completed: the next isend reports it. */
   private nacked: NetError | undefined;
-
-  constructor(link: StreamLink, complete: Complete, name: string, slots: number) {
-    super(link, complete, name);
-    void slots; // sends come from the pool, whatever slot NCCL's request took
-  }
 
   /** Sends made so far (the most in flight at once), for tests. */
   get sendsMade(): number {

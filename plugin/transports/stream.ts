@@ -5,5 +5,5 @@ import { Receiver } from '../protocol/receiver';
 import { Sender } from '../protocol/sender';
 import type { CommHooks } from './transport';
 
-export const sendComm = (link: StreamLink, h: CommHooks) => new Sender(link, h.complete, h.name, h.slots);
-export const recvComm = (link: StreamLink, h: CommHooks) => new Receiver(link, h.complete, h.name, h.slots);
+export const sendComm = (link: StreamLink, h: CommHooks) => new Sender(link, h.complete, h.name);
+export const recvComm = (link: StreamLink, h: CommHooks) => new Receiver(link, h.complete, h.name);

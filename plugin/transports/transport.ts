@@ -61,8 +61,6 @@ export interface CommHooks {
   complete: Complete;
   /** For log lines: "comm 7". */
   name: string;
-  /** Request slots of the comm (the native core's pool). */
-  slots: number;
 }
 
 /** What every comm does, either side. */

@@ -13,7 +13,7 @@ import { type Side, World, pattern } from './harness';
 
 const warns = captureWarnings();
 
-const hooks = (side: Side, name: string): CommHooks => ({ complete: side.complete, name, slots: 64 });
+const hooks = (side: Side, name: string): CommHooks => ({ complete: side.complete, name });
 
 /** A comm pair wrapped as the plugin sees it; pump runs the fake fabric a while (one round of a turn). */
 function pair(w: World, pump: () => void) {

@@ -231,7 +231,7 @@ export interface Pair {
 }
 
 /** A started Sender and Receiver over memoryLinkPair, rings sized as the transports size them. */
-export function pair(over: Partial<SchedulePolicy> = {}, slots = 256): Pair {
+export function pair(over: Partial<SchedulePolicy> = {}): Pair {
   const policy = policyOf(over);
   const mem = new TestMemory();
   const [a, b] = memoryLinkPair(mem.regions, policy, { send: SEND_RING_BYTES, recv: recvRingBytes(policy.eagerMax) }, 'test link');
@@ -243,11 +243,11 @@ export function pair(over: Partial<SchedulePolicy> = {}, slots = 256): Pair {
   const sender = new Sender(sendLink, (slot, code, sizes, n) => {
     sent.push({ slot, code, sizes: Array.from(sizes).slice(0, n) });
     journal.push(`sent ${slot}`);
-  }, 'test-send', slots);
+  }, 'test-send');
   const receiver = new Receiver(recvLink, (slot, code, sizes, n) => {
     received.push({ slot, code, sizes: Array.from(sizes).slice(0, n) });
     journal.push(`received ${slot}`);
-  }, 'test-recv', slots);
+  }, 'test-recv');
   sender.start();
   receiver.start();
   const args = newRecvArgs();

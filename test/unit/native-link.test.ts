@@ -147,7 +147,7 @@ describe('NativeLink liveness clock', () => {
     const port = new Port(engine);
     const link = new NativeLink(port, engine, [10, 11], policyOf({ lanes: 1 }), 'test', recvRingBytes(64 * 1024));
     const got: Completion[] = [];
-    const receiver = new Receiver(link, (slot, code, sizes, n) => got.push({ slot, code, sizes: Array.from(sizes).slice(0, n) }), 'test-recv', 4);
+    const receiver = new Receiver(link, (slot, code, sizes, n) => got.push({ slot, code, sizes: Array.from(sizes).slice(0, n) }), 'test-recv');
     receiver.start();
     const args = newRecvArgs();
     args.n = 1;

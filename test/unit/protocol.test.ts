@@ -1169,7 +1169,7 @@ function rawSender(over: Partial<SchedulePolicy> = {}) {
   const [a, b] = memoryLinkPair(mem.regions, policy, { send: SEND_RING_BYTES, recv: recvRingBytes(policy.eagerMax) }, 'raw');
   const link = new SpyLink(b);
   const received: Completion[] = [];
-  const receiver = new Receiver(link, (slot, code, sizes, n) => received.push({ slot, code, sizes: Array.from(sizes).slice(0, n) }), 'test-recv', 16);
+  const receiver = new Receiver(link, (slot, code, sizes, n) => received.push({ slot, code, sizes: Array.from(sizes).slice(0, n) }), 'test-recv');
   receiver.start();
   const frames = handDriven(a);
   const args = newRecvArgs();
@@ -1192,7 +1192,7 @@ function rawReceiver(over: Partial<SchedulePolicy> = {}) {
   const mem = new TestMemory();
   const [a, b] = memoryLinkPair(mem.regions, policy, { send: SEND_RING_BYTES, recv: recvRingBytes(policy.eagerMax) }, 'raw');
   const sent: Completion[] = [];
-  const sender = new Sender(a, (slot, code, sizes, n) => sent.push({ slot, code, sizes: Array.from(sizes).slice(0, n) }), 'test-send', 16);
+  const sender = new Sender(a, (slot, code, sizes, n) => sent.push({ slot, code, sizes: Array.from(sizes).slice(0, n) }), 'test-send');
   sender.start();
   const frames = handDriven(b);
   return { mem, raw: b, sender, sent, frames, settle: () => settle(() => [sent.length, frames.length]) };
