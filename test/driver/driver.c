@@ -2098,6 +2098,16 @@ static tsn_result_t recv_one(const Net* n, void* rc, void* buf, size_t size, int
   return shim_irecv(n, rc, 1, &d, &size, &tag, &mh, req);
 }
 
+// An isend of [buf, buf+size) with registration mh and tag on sc, posted again while the comm
+// answers with a NULL request (every slot in flight), until g_timeout: its last rc, *req the
+// request (NULL if none came).
+static tsn_result_t send_one(const Net* n, void* sc, void* buf, size_t size, int tag, void* mh, void** req) {
+  tsn_result_t r = TSN_SUCCESS;
+  *req = NULL;
+  for (double end = now_s() + g_timeout; !*req && r == TSN_SUCCESS && now_s() < end;) r = shim_isend(n, sc, buf, size, tag, mh, req);
+  return r;
+}
+
 static void pair_close(const Net* n, void* lc, void* sc, void* rc, int expect_ok) {
   tsn_result_t a = sc ? shim_close_send(n, sc) : 0;
   tsn_result_t b = rc ? shim_close_recv(n, rc) : 0;
@@ -2828,7 +2838,7 @@ static void sc_stale(int version) {
     shim_reg_mr(&n, rc, buf + SIZE, SIZE, TSN_PTR_HOST, &rm);
     void *rreq = NULL, *sreq = NULL;
     recv_one(&n, rc, buf + SIZE, SIZE, 1, rm, &rreq);
-    for (double end = now_s() + g_timeout; !sreq && now_s() < end;) shim_isend(&n, sc, buf, 64, 1, m2, &sreq);
+    send_one(&n, sc, buf, 64, 1, m2, &sreq);
     int ss = -1, rs = -1;
     tsn_result_t a = sreq ? wait_req(&n, sreq, &ss, g_timeout) : -1, b = rreq ? wait_req(&n, rreq, &rs, g_timeout) : -1;
     check(a == 0 && b == 0 && rs == 64, "the second region still carries a message (rc %d, %d, %d bytes)", a, b, rs);
@@ -3653,7 +3663,7 @@ static void sc_held(int version) {
           "stopped for %.1f s (TSNET_TIMEOUT_SEC %.0f), the process goes on: the receive still waits, its peer alive (rc %d, done %d)",
           hold_ms / 1000.0, limit, r, done);
     memset(sbuf, 0x5a, SIZE);
-    for (double end = now_s() + g_timeout; !sreq && now_s() < end;) shim_isend(&n, sc, sbuf, SIZE, 5, sm, &sreq);
+    send_one(&n, sc, sbuf, SIZE, 5, sm, &sreq);
     tsn_result_t a = sreq ? wait_req(&n, sreq, NULL, g_timeout) : -1;
     tsn_result_t b = r == TSN_SUCCESS && !done ? wait_req(&n, rreq, &size, g_timeout) : -1;
     check(a == 0 && b == 0 && size == SIZE && rbuf[0] == 0x5a && rbuf[SIZE - 1] == 0x5a,
@@ -3775,9 +3785,7 @@ static int many_cycle(Net* np, void* ctx, int P) {
     int posted = 0, wrong = 0, failed = 0, left = 0;
     for (int i = 0; i < P; i++) posted += recv_one(&n, rc[i], rbuf + (size_t)i * SZ, SZ, 1, rmh[i], &rreq[i]) == TSN_SUCCESS && rreq[i];
     for (int i = 0; i < P; i++) {
-      sreq[i] = NULL;
-      while (!sreq[i] && now_s() < end && shim_isend(&n, sc[i], sbuf + (size_t)i * SZ, SZ, 1, smh[i], &sreq[i]) == TSN_SUCCESS) {
-      }
+      send_one(&n, sc[i], sbuf + (size_t)i * SZ, SZ, 1, smh[i], &sreq[i]);
       posted += sreq[i] != NULL;
     }
     if (!check(posted == 2 * P, "round %d: %d receives and %d sends posted (%d)", round, P, P, posted)) break;
@@ -3893,8 +3901,7 @@ static void sc_groups(int version) {
     int sent = 0;
     for (int m = 0; m < MSGS && sm; m++) {
       int tag = m == 2 * G ? 3 : 1 + (m & 1);
-      for (double end = now_s() + g_timeout; !sreq[m] && now_s() < end;)
-        if (shim_isend(&n, sc, sbuf + (size_t)m * SZ, SZ, tag, sm, &sreq[m]) != TSN_SUCCESS) break;
+      send_one(&n, sc, sbuf + (size_t)m * SZ, SZ, tag, sm, &sreq[m]);
       sent += sreq[m] != NULL;
     }
     int ok = 0, wrong = 0;
@@ -3916,8 +3923,8 @@ static void sc_groups(int version) {
     void* data[2] = {rbuf + (size_t)MSGS * SZ, rbuf + (size_t)(MSGS + 1) * SZ};
     r = shim_irecv(&n, rc, 2, data, sizes, tags, mhs, &again);
     void *s1 = NULL, *s2 = NULL;
-    for (double end = now_s() + g_timeout; sm && !s1 && now_s() < end;) shim_isend(&n, sc, sbuf + (size_t)MSGS * SZ, SZ, 1, sm, &s1);
-    for (double end = now_s() + g_timeout; sm && !s2 && now_s() < end;) shim_isend(&n, sc, sbuf + (size_t)(MSGS + 1) * SZ, SZ, 2, sm, &s2);
+    if (sm) send_one(&n, sc, sbuf + (size_t)MSGS * SZ, SZ, 1, sm, &s1);
+    if (sm) send_one(&n, sc, sbuf + (size_t)(MSGS + 1) * SZ, SZ, 2, sm, &s2);
     int got[TSN_MAX_RECVS] = {0};
     tsn_result_t a = again ? wait_req(&n, again, got, g_timeout) : -1;
     tsn_result_t b = s1 ? wait_req(&n, s1, NULL, g_timeout) : -1, c = s2 ? wait_req(&n, s2, NULL, g_timeout) : -1;
