@@ -190,7 +190,8 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "[%s %d] %s\n", g_role, (int)getpid(), msg);
+  // WARN lines say so: the benchmark keeps them with the measurement (bench/run.ts).
+  fprintf(stderr, "[%s %d] %s%s\n", g_role, (int)getpid(), level == TSN_LOG_WARN ? "WARN " : level == TSN_LOG_ABORT ? "ABORT " : "", msg);
 }
 
 // --mem cuda: GPU 0's memory, through the CUDA driver opened at run time (test/driver/shim.c).

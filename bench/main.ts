@@ -205,6 +205,8 @@ async function main(): Promise<number> {
     if (m.shmLeft) {
       progress.done();
       process.stderr.write(`bench: ${where}: libfabric left ${m.shmLeft.join(', ')} behind (removed by tsnet-bench)\n`);
+      // What the plugin said of it, if anything (an endpoint whose close gave up on a stuck I/O thread).
+      for (const w of m.warnings ?? []) process.stderr.write(`bench: ${where}: ${w}\n`);
     }
   }
   progress.done();

@@ -84,6 +84,7 @@ export interface Measurement {
   result?: Line;
   error?: string;
   shmLeft?: string[]; // libfabric shm regions the processes left in /dev/shm (bench.c removed them)
+  warnings?: string[]; // the plugin's WARN lines ("[A|B pid] WARN ...")
   wallSeconds: number;
 }
 
@@ -151,6 +152,8 @@ export function runOne(s: RunSpec): Promise<Measurement> {
       } else if (!why) why = 'no result line';
       const left = [...err.matchAll(/libfabric's shm region (\S+) was left behind/g)].map((x) => x[1]);
       if (left.length) m.shmLeft = left;
+      const warnings = err.split('\n').filter((l) => /^\[\S+ \d+\] WARN /.test(l));
+      if (warnings.length) m.warnings = warnings;
       // The reasons, not the JS stack frames under them.
       const lines = err.split('\n').filter((l) => l.trim() !== '' && !/^\s+at /.test(l));
       if (why) m.error = `${why}${lines.length ? `: ${lines.slice(-4).join(' | ')}` : ''}`;

@@ -1088,6 +1088,7 @@ void cancelLane(Lane* l, bool graceful, bool* partial, bool* hard) {
     for (int k = 0; !g.try_lock(); k++) {
       if (k == 5000 || watch.stuck(l->t)) {
         log(kLogWarn, "ofi: lane %u: its I/O thread is stuck inside libfabric; the endpoint is abandoned", l->id);
+        if (!l->abandonedOpen.exchange(true)) E->ofiAbandoned.fetch_add(1);
         l->quiet = true;  // without the lock: the I/O thread closes the endpoint itself once it is back (ofiProgress)
         return;
       }

@@ -69,6 +69,9 @@ struct Lane {
   // The protocol closed the lane: no more completions. Atomic: a close that gives up on an I/O
   // thread stuck inside libfabric sets it without the lane's lock (cancelLane).
   std::atomic<bool> quiet{false};
+  // A close gave up on this libfabric lane (cancelLane) and its I/O thread has not closed the
+  // endpoint yet: counted in Engine::ofiAbandoned until it does (abandoned(), ofiDelete).
+  std::atomic<bool> abandonedOpen{false};
   bool closing = false;  // graceful close: finish inline writes, shut down writing, drain
   uint32_t testStallMs = 0;  // tests only (Admin::kStall with a lane): the next poll sleeps this long first
   int kicks = 0;         // kKick admins posted for it and not yet taken (lock held): it is not freed before
@@ -193,6 +196,7 @@ struct Engine {
   std::atomic<uint64_t> directIdleNs{0};
   std::atomic<bool> trace{false};
   std::atomic<bool> earlyWake{false};  // TSNET_EARLY_WAKE (ioSetEarlyWake)
+  std::atomic<int> ofiAbandoned{0};    // libfabric lanes whose close gave up, endpoint not yet closed
   std::mutex laneMu;
   std::vector<uint32_t> freeIds;
   uint32_t nextId = 1;

@@ -167,6 +167,7 @@ static bool abandoned(Lane* l) {
   if (!l->closed) {
     ofiClose(l, false);
     l->closed = true;
+    if (l->abandonedOpen.exchange(false)) E->ofiAbandoned.fetch_sub(1);
     log(kLogInfo, "ofi: lane %u: its I/O thread came back from libfabric after its close gave up; the endpoint is closed now",
         l->id);
   }
@@ -351,8 +352,9 @@ void ofiClose(Lane* l, bool drainFirst) {
 }
 
 void ofiDelete(Lane* l) {
-  delete l->ofi;
+  delete l->ofi;  // closes an endpoint still open
   l->ofi = nullptr;
+  if (l->abandonedOpen.exchange(false)) E->ofiAbandoned.fetch_sub(1);
 }
 
 namespace {
@@ -734,6 +736,24 @@ Napi::Value OfiLastError(const Napi::CallbackInfo& info) {
   return Napi::String::New(env, l->ofiLastError);
 }
 
+// ofiAwaitAbandoned(ms) -> left: waits up to ms for the I/O threads to close the endpoints whose
+// close gave up on them (cancelLane); returns how many are still open. The transport asks at
+// the last finalize: an endpoint still open then is one the process may end with (shm's
+// region then stays in /dev/shm when the process skips its exit handlers).
+Napi::Value OfiAwaitAbandoned(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double ms = 0;
+  if (info.Length() > 0 && info[0].IsNumber()) ms = info[0].As<Napi::Number>().DoubleValue();
+  if (!(ms >= 0 && ms <= 600000)) return fail(env, "ofiAwaitAbandoned(ms) needs 0 .. 600000");
+  if (!E) return Napi::Number::New(env, 0);
+  uint64_t until = nowNs() + static_cast<uint64_t>(ms * 1e6);
+  while (E->ofiAbandoned.load() > 0 && nowNs() < until) {
+    for (IoThread* t : E->threads) wakeThread(t);
+    usleep(1000);
+  }
+  return Napi::Number::New(env, E->ofiAbandoned.load());
+}
+
 }  // namespace
 
 void ofiRegister(napi_env env, napi_value exports) {
@@ -746,6 +766,7 @@ void ofiRegister(napi_env env, napi_value exports) {
   o.Set("ofiDeregMr", Napi::Function::New(e, OfiDeregMr, "ofiDeregMr"));
   o.Set("ofiAlloc", Napi::Function::New(e, OfiAlloc, "ofiAlloc"));
   o.Set("ofiLastError", Napi::Function::New(e, OfiLastError, "ofiLastError"));
+  o.Set("ofiAwaitAbandoned", Napi::Function::New(e, OfiAwaitAbandoned, "ofiAwaitAbandoned"));
 }
 
 }  // namespace tsn

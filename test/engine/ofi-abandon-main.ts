@@ -4,13 +4,17 @@
 // itself (ofi-close.test.ts runs this in a child). Rail B posts 4 receives of 64 bytes; its
 // thread is held while rail A sends 4 messages, then its poll takes them and hangs for STALL
 // ms; ioClose(B) gives up meanwhile, B's memory is "given back" (overwritten), and after the
-// stall the completions B's link got, and whether that memory was written, are printed.
+// stall the completions B's link got, and whether that memory was written, are printed; and
+// how the count of abandoned endpoints (ofiAwaitAbandoned) and shm's regions went.
+import * as fs from 'node:fs';
 import { SubKind } from '../../plugin/engine/records';
 import { forgetShm, ofiRailPair } from './ofi-pair';
 
 const provider = process.argv[2] || 'tcp';
 const STALL = 1500;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// shm's regions of this process in /dev/shm ("<pid>:<uid>:<index>"); tcp makes none.
+const regionsOfThisPid = () => fs.readdirSync('/dev/shm').filter((f) => f.startsWith(`${process.pid}:`)).length;
 
 async function main(): Promise<void> {
   const got = { a: 0, b: 0 };
@@ -36,10 +40,23 @@ async function main(): Promise<void> {
   const closed = ofi.ioClose(b.lane, false);
   const closeMs = Math.round(performance.now() - t0);
   bBytes.fill(0x55); // given back: whatever the endpoint does from now on must not show here
-  await sleep(STALL + 500);
+  // What the last finalize does (transport.ts, abandonedLines): B's endpoint is counted as
+  // abandoned until its thread, back from the stall, closes it; the wait ends then.
+  const abandoned = ofi.ofiAwaitAbandoned(0);
+  const regionsAbandoned = regionsOfThisPid();
+  const t1 = performance.now();
+  const abandonedLeft = ofi.ofiAwaitAbandoned(STALL + 5000);
+  const awaitMs = Math.round(performance.now() - t1);
+  const regionsAfter = regionsOfThisPid();
+  await sleep(500);
   port.poll();
   const intact = bBytes.every((x) => x === 0x55);
-  console.log(JSON.stringify({ closeMs, closed, completionsBefore: before, completionsAfterClose: got.b - before, sendsDone: got.a, intact }));
+  console.log(
+    JSON.stringify({
+      closeMs, closed, completionsBefore: before, completionsAfterClose: got.b - before, sendsDone: got.a, intact,
+      abandoned, abandonedLeft, awaitMs, regionsAbandoned, regionsAfter,
+    }),
+  );
   forgetShm();
   process.exit(0);
 }

@@ -7,7 +7,8 @@
 // I/O thread stuck inside a poll (ofi-abandon-main.ts): once back, the thread must report
 // nothing of that poll (over tcp it reported the 4 completions it had taken) and close the
 // endpoint without polling it first (a poll progresses the provider, which may copy into a
-// receive whose memory is NCCL's again).
+// receive whose memory is NCCL's again). Until the thread has, the endpoint counts as
+// abandoned, and the last finalize's wait for it (ofiAwaitAbandoned) ends when it is closed.
 import * as path from 'path';
 import { describe, expect, it } from 'vitest';
 import { runAsync } from '../support/spawn';
@@ -39,10 +40,19 @@ describe.skipIf(!!missing || !HAVE_LIBFABRIC)('engine: a libfabric lane whose cl
       expect(r.signal, r.stderr.slice(-2000)).toBeNull();
       expect(r.status, r.stderr.slice(-2000)).toBe(0);
       expect(r.stderr + r.stdout).toMatch(/its I\/O thread is stuck inside libfabric; the endpoint is abandoned/);
-      const got = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { closeMs: number; completionsAfterClose: number; sendsDone: number; intact: boolean };
+      const got = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as {
+        closeMs: number; completionsAfterClose: number; sendsDone: number; intact: boolean;
+        abandoned: number; abandonedLeft: number; awaitMs: number; regionsAbandoned: number; regionsAfter: number;
+      };
       expect(got.closeMs).toBeLessThan(5000);
       expect(got.sendsDone).toBe(4);
       expect(got.completionsAfterClose).toBe(0);
       expect(got.intact).toBe(true);
+      // The last finalize's wait: B counted until its thread closed it, then no longer; over
+      // shm its region went with it (A's stays until A closes).
+      expect(got.abandoned).toBe(1);
+      expect(got.abandonedLeft).toBe(0);
+      expect(got.awaitMs).toBeLessThan(1500 + 5000);
+      if (provider === 'shm') expect([got.regionsAbandoned, got.regionsAfter]).toEqual([2, 1]);
     }, 60_000);
 });

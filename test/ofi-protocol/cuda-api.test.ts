@@ -76,6 +76,29 @@ describe('an I/O thread stuck inside a provider call', () => {
   });
 });
 
+describe('endpoints whose close gave up on a stuck I/O thread, at the last finalize', () => {
+  it('are waited for, bounded; an INFO when they closed, a WARN naming /dev/shm when some are still open', async () => {
+    const { abandonedLines } = await transport();
+    expect(abandonedLines({}, 5000)).toEqual({}); // an engine without the function
+    const asked: number[] = [];
+    const none = { ofiAwaitAbandoned: (ms: number) => (asked.push(ms), 0) };
+    expect(abandonedLines(none, 5000)).toEqual({});
+    expect(asked).toEqual([0]); // nothing abandoned: no wait at all
+    let t = 0;
+    const clock = () => t;
+    const closing = { ofiAwaitAbandoned: (ms: number) => (asked.push(ms), ms ? ((t += 120), 0) : 2) };
+    expect(abandonedLines(closing, 5000, clock)).toEqual({
+      info: 'ofi: the last finalize waited 120 ms for I/O threads to close the endpoints whose close had given up on them; all are closed',
+    });
+    expect(asked.slice(1)).toEqual([0, 5000]);
+    const stuck = { ofiAwaitAbandoned: (ms: number) => (ms ? ((t += 5000), 1) : 1) };
+    const { info, warn } = abandonedLines(stuck, 5000, clock);
+    expect(info).toBeUndefined();
+    expect(warn).toMatch(/^ofi: 1 endpoint\(s\) whose close gave up on an I\/O thread stuck inside libfabric are still open 5000 ms after the last finalize; /);
+    expect(warn).toMatch(/leaves their shm regions in \/dev\/shm$/);
+  });
+});
+
 describe('TSNET_STALL_STACKS at a stall', () => {
   it('dumps every thread\'s stack once per process and says where, or why not', async () => {
     const { stallStacksLine } = await transport();

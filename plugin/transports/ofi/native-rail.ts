@@ -81,6 +81,8 @@ export interface OfiBinding extends EngineBinding {
   /** Every thread's stack into the file (native/stacks.h; %p: the pid). */
   dumpStacks?(pathTemplate: string): { threads: number; answered: number; file: string };
   ioClose(lane: number, graceful: boolean): { partial: boolean; hard: boolean };
+  /** Waits up to ms for the I/O threads to close the endpoints whose close gave up on them; returns how many are still open. */
+  ofiAwaitAbandoned?(ms: number): number;
 }
 
 /** INFO when shm refused region names of this pid that a killed process with the same pid had used. */

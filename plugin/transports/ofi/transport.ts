@@ -410,7 +410,32 @@ export class OfiTransport implements Transport {
       this.railsOf[dev] = [];
     });
     this.portRef?.flush();
+    const lines = abandonedLines(this.binding, Math.min(ABANDONED_WAIT_MS, this.config.timeoutSec * 500));
+    if (lines.info) log.info(lines.info);
+    if (lines.warn) log.warn(lines.warn);
   }
+}
+
+/** How long the last finalize waits, at most, for endpoints whose close gave up on a stuck I/O thread. */
+export const ABANDONED_WAIT_MS = 5000;
+
+/**
+ * At the last finalize: waits up to ms for the I/O threads to close the endpoints whose close
+ * gave up on them (an I/O thread inside libfabric for half the link timeout: cancelLane). The
+ * process may end right after (a benchmark's _exit, NCCL's end of job): an endpoint still open
+ * then leaves shm's 16 MiB region in /dev/shm when the process skips its exit handlers.
+ */
+export function abandonedLines(binding: Pick<OfiBinding, 'ofiAwaitAbandoned'>, ms: number, now: () => number = monoMs): { info?: string; warn?: string } {
+  if (!binding.ofiAwaitAbandoned || binding.ofiAwaitAbandoned(0) === 0) return {};
+  const t0 = now();
+  const left = binding.ofiAwaitAbandoned(ms);
+  const waited = Math.round(now() - t0);
+  if (left === 0) return { info: `ofi: the last finalize waited ${waited} ms for I/O threads to close the endpoints whose close had given up on them; all are closed` };
+  return {
+    warn:
+      `ofi: ${left} endpoint(s) whose close gave up on an I/O thread stuck inside libfabric are still open ${waited} ms after the last finalize; ` +
+      'the thread closes them when it comes back, and a process that ends first (_exit, a signal) leaves their shm regions in /dev/shm',
+  };
 }
 
 /**
