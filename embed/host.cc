@@ -163,6 +163,9 @@ std::vector<std::string> initNode() {
   if (h.init->early_return()) errors.push_back("node initialisation stopped early");
   if (!errors.empty()) return errors;
   h.platform = MultiIsolatePlatform::Create(2);
+  // gc() in tsnet's own isolate: a protocol thread collects once its last comm has closed, so
+  // that the native memory its views held goes (plugin/plugin.ts, idleCollect).
+  v8::V8::SetFlagsFromString("--expose-gc");
   // A development aid (e.g. --perf-basic-prof for perf); never read from NODE_OPTIONS.
   if (const char* flags = getenv("TSNET_V8_FLAGS"); flags && *flags) v8::V8::SetFlagsFromString(flags);
   v8::V8::InitializePlatform(h.platform.get());

@@ -100,6 +100,9 @@ function ptrNames(bits: number): string {
   return names.length ? names.join(', ') : 'no';
 }
 
+/** How long after its last comm closed a protocol thread collects garbage (idleCollect). */
+export const IDLE_COLLECT_MS = 100;
+
 export class Plugin {
   // Ids are unique in the process: thread k hands out k+1, k+1+16, ... (log lines name comms).
   private nextId: number;
@@ -122,6 +125,8 @@ export class Plugin {
   private readonly listeners = new Map<number, { ctx: number; dev: number; listener: Listener }>();
   private readonly connecting = new Map<string, Connector>();
   private readonly comms = new Map<number, Comm>();
+  /** A collection asked for once this thread's last comm closed (idleCollect). */
+  private collecting: ReturnType<typeof setTimeout> | undefined;
   private readonly regions = new Regions();
   private readonly args = newRecvArgs();
   private readonly threadStats: ThreadStats = { requests: 0, cpuStart: 0, busyStart: 0, started: monoMs() };
@@ -395,6 +400,30 @@ export class Plugin {
     this.comms.delete(comm.id);
     this.steps?.forget(comm.id);
     if (this.config?.stats) log.info(commStatsLine(comm.id, comm.send ? 'send' : 'receive', comm.endpoint.stats, monoMs() - comm.opened));
+    if (!this.comms.size) this.idleCollect();
+  }
+
+  /**
+   * This thread's last comm closed (NCCL destroyed its communicators, or the warm-up ended):
+   * a full collection IDLE_COLLECT_MS later, if no comm was opened meanwhile. A closed comm's
+   * receive ring and registered buffers are native memory held by JavaScript views; nothing
+   * else would make V8 collect them once the traffic, and with it the allocation, has stopped.
+   * 512 TCP pairs closed left 175 MiB more than before them resident, 75 MiB with this
+   * (docs/performance.md, item 40). One ordinary collection (never a memory-reducing one, which
+   * ages compiled code faster), after the close has returned; `gc` is exposed in tsnet's own
+   * isolate only (embed/host.cc).
+   */
+  private idleCollect(): void {
+    const gc = (globalThis as { gc?: () => void }).gc;
+    if (!gc || this.collecting) return;
+    this.collecting = setTimeout(() => {
+      this.collecting = undefined;
+      if (this.comms.size) return;
+      const t0 = monoMs();
+      gc();
+      if (this.config?.stats) log.info(`stats: protocol thread ${this.host.thread}: its last comm closed; a garbage collection took ${monoMs() - t0} ms`);
+    }, IDLE_COLLECT_MS);
+    this.collecting.unref?.();
   }
 
   private readonly ops: Record<string, (a: Args) => Answer> = {

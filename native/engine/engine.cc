@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/eventfd.h>
@@ -66,9 +67,18 @@ uint64_t nowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+void* pagesAlloc(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void pagesFree(void* p, size_t bytes) {
+  if (p) munmap(p, bytes);
+}
+
 void rxRelease(RxMem* m) {
   if (m->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    free(m->mem);
+    pagesFree(m->mem, m->bytes);
     delete m;
   }
 }

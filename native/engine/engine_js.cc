@@ -182,14 +182,16 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
   int one = 1;
   setsockopt(mine, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // fails harmlessly on a Unix socket
   void* mem = nullptr;  // the receive ring (up to 1 GiB): a process out of memory gets an error, not a fault
-  if (rxBytes && !(mem = aligned_alloc(64, sizeof(tsn_rx_hdr_t) + rxBytes))) {
+  const size_t memBytes = sizeof(tsn_rx_hdr_t) + rxBytes;
+  if (rxBytes && !(mem = pagesAlloc(memBytes))) {
+    int err = errno;
     close(mine);
-    return sysFail(env, "ioAdopt: a receive ring of " + std::to_string(rxBytes) + " bytes", ENOMEM);
+    return sysFail(env, "ioAdopt: a receive ring of " + std::to_string(rxBytes) + " bytes", err ? err : ENOMEM);
   }
   Lane* l = newLane(mine, E->threads[ti], p, static_cast<uint32_t>(linkD));
   if (!l) {
     close(mine);
-    free(mem);
+    pagesFree(mem, memBytes);
     return fail(env, "ioAdopt: too many lanes");
   }
   Napi::Object out = Napi::Object::New(env);
@@ -205,8 +207,9 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
     // last view of it collected, whichever comes last (a view dropped early frees nothing).
     RxMem* rm = new RxMem();
     rm->mem = mem;
+    rm->bytes = memBytes;
     l->rxMem = rm;
-    out.Set("rx", Napi::ArrayBuffer::New(env, mem, sizeof(tsn_rx_hdr_t) + rxBytes, [](Napi::Env, void*, RxMem* m) { rxRelease(m); }, rm));
+    out.Set("rx", Napi::ArrayBuffer::New(env, mem, memBytes, [](Napi::Env, void*, RxMem* m) { rxRelease(m); }, rm));
   }
   // A control lane's bytes are messages for this thread: they wake it with the I/O thread. Before
   // the I/O thread has the fd, so that the number is still the lane's.

@@ -9,7 +9,7 @@ import type { Config } from '../../plugin/config';
 import { POST, SLOT, SlotState } from '../../plugin/engine/records';
 import type { DmaBuf, Region, Regions } from '../../plugin/memory';
 import { Op } from '../../plugin/native';
-import { Plugin, type PluginHost } from '../../plugin/plugin';
+import { IDLE_COLLECT_MS, Plugin, type PluginHost } from '../../plugin/plugin';
 import type { WakeDelays } from '../../plugin/stats';
 import { LoopbackTransport } from '../../plugin/transports/loopback';
 import { KiB, MiB, allBytes, captureLog, fill, firstDiff, settle } from './helpers';
@@ -677,6 +677,41 @@ describe('Plugin requests through the mailbox', () => {
     expect(t.slot(recv, 0)).toEqual({ state: SlotState.FREE, result: 0, sizes: [0] });
     expect(t.slot(send, 0)).toEqual(done(0));
     expect(warnings()).toEqual([`comm ${recv}: request slot 0 completed but is not in flight`]);
+  });
+});
+
+describe('Plugin: a garbage collection once the thread\'s last comm closed', () => {
+  it('one, IDLE_COLLECT_MS after the last close and never inside it; none while a comm is open, or one was opened meanwhile', async () => {
+    const gc = vi.fn();
+    const g = globalThis as { gc?: () => void };
+    const had = g.gc;
+    g.gc = gc;
+    const later = () => new Promise((r) => setTimeout(r, IDLE_COLLECT_MS + 60));
+    try {
+      const t = setup();
+      const ctx = t.init();
+      const a = t.connect(ctx);
+      const b = t.connect(ctx);
+      t.call('close', { comm: a.send });
+      t.call('close', { comm: a.recv });
+      await later();
+      expect(gc).not.toHaveBeenCalled(); // b's comms are open
+      t.call('close', { comm: b.send });
+      t.call('close', { comm: b.recv });
+      expect(gc).not.toHaveBeenCalled(); // not inside the close
+      const c = t.connect(ctx); // within the delay: the comms are in use again
+      await later();
+      expect(gc).not.toHaveBeenCalled();
+      t.call('close', { comm: c.send });
+      t.call('close', { comm: c.recv });
+      await later();
+      expect(gc).toHaveBeenCalledTimes(1);
+      t.call('finalize', { ctx }); // no comm left to close: nothing more
+      await later();
+      expect(gc).toHaveBeenCalledTimes(1);
+    } finally {
+      g.gc = had;
+    }
   });
 });
 
