@@ -33,6 +33,29 @@ export function recordCrash(cmd: string, args: string[], r: Ran, file = CRASH_LO
   }
 }
 
+/**
+ * libfabric shm regions that test programs left in /dev/shm: shm names an endpoint's 16 MiB
+ * region "<pid>:<uid>:<index>" and removes it when the endpoint closes, so one named for a
+ * program that has ended is a leak (an endpoint never closed, or closed after the process had
+ * gone past its exit handlers). scripts/test.sh prints this file at the end of every run.
+ */
+export const SHM_LEFT_LOG = path.resolve(__dirname, '../../build/test/shm-left.log');
+
+/** Removes the regions named for pid, noting them in SHM_LEFT_LOG with the command (never throws). */
+export function recordShmLeft(cmd: string, args: string[], pid: number | undefined, file = SHM_LEFT_LOG, dir = '/dev/shm'): string[] {
+  if (!pid) return [];
+  try {
+    const left = fs.readdirSync(dir).filter((f) => f.startsWith(`${pid}:`));
+    if (!left.length) return [];
+    for (const f of left) fs.rmSync(path.join(dir, f), { force: true });
+    fs.mkdirSync(path.dirname(file), { recursive: true });
+    fs.appendFileSync(file, `${path.basename(cmd)} ${args.join(' ')} (pid ${pid}): ${left.map((f) => path.join(dir, f)).join(', ')}\n`);
+    return left;
+  } catch {
+    return []; // a report that cannot be written must not fail the test
+  }
+}
+
 export interface Ran {
   status: number | null;
   signal: NodeJS.Signals | null;
@@ -68,6 +91,7 @@ export function runAsync(cmd: string, args: string[], opts: RunOptions = {}): Pr
       if (spawnError) stderr += `${stderr ? '\n' : ''}spawn ${cmd}: ${spawnError.message}`;
       const r = { status: spawnError ? -1 : status, signal, stdout, stderr, seconds: (Date.now() - t0) / 1000 };
       recordCrash(cmd, args, r);
+      recordShmLeft(cmd, args, child.pid);
       resolve(r);
     });
   });

@@ -1,10 +1,11 @@
 // recordCrash (test/support/spawn.ts): what a test program that faulted said about it is kept for
-// the end of `npm test`'s output; programs that did not fault leave nothing.
+// the end of `npm test`'s output; programs that did not fault leave nothing. recordShmLeft: the
+// libfabric shm regions an ended program left in /dev/shm are removed and noted.
 import * as fs from 'fs';
 import * as os from 'os';
 import * as path from 'path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { type Ran, recordCrash } from '../support/spawn';
+import { type Ran, recordCrash, recordShmLeft } from '../support/spawn';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'tsnet-crash-'));
 const file = path.join(dir, 'crash-reports.log');
@@ -46,5 +47,19 @@ describe('recordCrash', () => {
     recordCrash('d', [], ran({ status: 0, stdout: 'ok - v12 killpeer: the sender died of signal 9\n' }), file);
     recordCrash('d', [], ran({ status: null, signal: 'SIGKILL' }), file);
     expect(read()).toBe('');
+  });
+});
+
+describe('recordShmLeft', () => {
+  it('removes the regions named for the ended program\'s pid and notes them with the command; others stay', () => {
+    const shm = fs.mkdtempSync(path.join(dir, 'shm-'));
+    const log = path.join(dir, 'shm-left.log');
+    for (const f of ['4242:0:0', '4242:0:1', '42420:0:0', '424:0:0', 'tsnet-bell-00ff']) fs.writeFileSync(path.join(shm, f), 'x');
+    expect(recordShmLeft('/x/build/test/driver', ['exitbusy', '--version', '12'], 4242, log, shm).sort()).toEqual(['4242:0:0', '4242:0:1']);
+    expect(fs.readdirSync(shm).sort()).toEqual(['42420:0:0', '424:0:0', 'tsnet-bell-00ff']);
+    expect(fs.readFileSync(log, 'utf8')).toBe(`driver exitbusy --version 12 (pid 4242): ${shm}/4242:0:0, ${shm}/4242:0:1\n`);
+    expect(recordShmLeft('prog', [], 77, log, shm)).toEqual([]); // nothing of its own: no line
+    expect(recordShmLeft('prog', [], undefined, log, shm)).toEqual([]); // never started
+    expect(fs.readFileSync(log, 'utf8').split('\n').filter(Boolean)).toHaveLength(1);
   });
 });
