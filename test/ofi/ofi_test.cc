@@ -1322,7 +1322,25 @@ int scenarioFork() {
 const char* volatile gPhase = "";
 
 // A survivor stuck inside libfabric cannot be helped from outside: report where and leave.
+// The survivor's own shm regions, listed once its endpoint is open: when it hangs inside the
+// provider the watchdog ends the process, which would leave them in /dev/shm (unlink is safe in
+// a signal handler; listing the folder is not).
+char gOwnRegions[4][288];  // "/dev/shm/" and a file name
+int gOwnRegionCount = 0;
+
+void listOwnRegions() {
+  char prefix[32];
+  int n = snprintf(prefix, sizeof prefix, "%d:", static_cast<int>(getpid()));
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = readdir(d))
+    if (!strncmp(e->d_name, prefix, static_cast<size_t>(n)) && gOwnRegionCount < 4)
+      snprintf(gOwnRegions[gOwnRegionCount++], sizeof gOwnRegions[0], "/dev/shm/%s", e->d_name);
+  closedir(d);
+}
+
 void onWatchdog(int) {
+  for (int i = 0; i < gOwnRegionCount; i++) unlink(gOwnRegions[i]);
   char msg[512];
   int n = snprintf(msg, sizeof msg,
                    "FACT %s A: the survivor has been inside libfabric for 14 s (%s): it never returns\n"
@@ -1354,6 +1372,7 @@ int scenarioDeath() {
   }
   Side s;
   s.ep = openEp(env);
+  if (isA) listOwnRegions();
   ch.side = &s;
   ch.putStr(s.ep->name());
   std::string other = ch.getStr();
