@@ -408,8 +408,8 @@ export class Plugin {
    * a full collection IDLE_COLLECT_MS later, if no comm was opened meanwhile. A closed comm's
    * receive ring and registered buffers are native memory held by JavaScript views; nothing
    * else would make V8 collect them once the traffic, and with it the allocation, has stopped.
-   * With the rings mapped pages, 512 TCP pairs closed left 68-78 MiB more than before them
-   * resident, against 172-199 before (docs/performance.md, item 40). One ordinary collection (never a memory-reducing one, which
+   * With the rings mapped pages, 512 TCP pairs closed left 73-77 MiB more than before them
+   * resident, against 175-204 before (docs/performance.md, item 40's table). One ordinary collection (never a memory-reducing one, which
    * ages compiled code faster), after the close has returned; `gc` is exposed in tsnet's own
    * isolate only (embed/host.cc).
    */
