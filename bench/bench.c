@@ -135,13 +135,32 @@ static double now_s(void) {
 // finalize. A process that still has one at its exit (an older table, a failure before
 // finalize, a process killed by a signal) would leave 16 MiB behind per region, and a later
 // process with the same pid would fail fi_enable with EBUSY. Removes pid's regions, saying so
-// on stderr (the benchmark counts these lines); returns how many.
-static void said_removed(const char* path, void* who) {
-  fprintf(stderr, "tsnet-bench %s [%s]: libfabric's shm region %s was left behind; removed it\n", k_mode_names[g_o.mode],
-          (const char*)who, path);
+// on stderr (the benchmark counts the "left behind" lines); returns how many. A role's own
+// sweep tells apart the regions an earlier process with its pid left before it loaded the
+// plugin (test/driver/shim.h): those are not tsnet's.
+static ShimStale g_stale;
+
+typedef struct {
+  const char* who;
+  int own;  // pid is this process's: g_stale applies
+} Sweep;
+
+static void sweep_one(const char* path, void* arg) {
+  const Sweep* w = arg;
+  int stale = w->own && shim_stale_has(&g_stale, path);
+  if (unlink(path) != 0) return;
+  if (stale)
+    fprintf(stderr, "tsnet-bench %s [%s]: libfabric's shm region %s was there before this process loaded tsnet (an earlier process with pid %d left it); removed it\n",
+            k_mode_names[g_o.mode], w->who, path, (int)getpid());
+  else
+    fprintf(stderr, "tsnet-bench %s [%s]: libfabric's shm region %s was left behind; removed it\n", k_mode_names[g_o.mode], w->who,
+            path);
 }
 
-static int shm_sweep(pid_t pid, const char* who) { return shim_shm_regions((int)pid, 1, said_removed, (void*)who); }
+static int shm_sweep(pid_t pid, const char* who) {
+  Sweep w = {who, pid == getpid()};
+  return shim_shm_regions((int)pid, 0, sweep_one, &w);
+}
 
 // CPU nanoseconds used so far by this process's threads whose name starts with prefix.
 static void add_cpu_ns(const char* name, const char* dir, void* total) {
@@ -999,6 +1018,7 @@ static void usage(void) {
 
 static void role_main(int a, Chan ch) {
   g_role = a ? "A" : "B";
+  shim_stale_note(&g_stale);  // before the plugin is loaded
   signal(SIGPIPE, SIG_IGN);
   alarm((unsigned)(g_o.rounds * (g_o.warmup + g_o.duration + 4 * g_o.timeout)) + 1);  // the backstop of every wait
   switch (g_o.mode) {

@@ -62,7 +62,11 @@ static pthread_mutex_t g_prefix_mu = PTHREAD_MUTEX_INITIALIZER;
 // first, and the child starts with a fresh one.
 static void prefix_lock(void) { pthread_mutex_lock(&g_prefix_mu); }
 static void prefix_unlock(void) { pthread_mutex_unlock(&g_prefix_mu); }
-static void prefix_reset(void) { pthread_mutex_init(&g_prefix_mu, NULL); }
+static void note_stale_regions(void);
+static void prefix_reset(void) {
+  pthread_mutex_init(&g_prefix_mu, NULL);
+  note_stale_regions();  // a forked child has a pid of its own
+}
 
 static void set_prefix(int version, const char* scenario, const char* role) {
   pthread_mutex_lock(&g_prefix_mu);
@@ -1841,9 +1845,22 @@ static int is_ofi(void) {
 // ("<pid>:<n>:<n>" in /dev/shm). After the last finalize none of this process's may be left:
 // a process that ends with _exit (as these roles do) would leak it, and a later process given
 // the same pid could not enable its endpoint.
+// Regions an earlier process with this pid left (test/driver/shim.h) are not this one's.
+static ShimStale g_stale;
+static void note_stale_regions(void) { shim_stale_note(&g_stale); }
+
 static void first_region(const char* path, void* arg) {
   char* first = arg;
-  if (!first[0]) snprintf(first, 256, "%s", path + strlen("/dev/shm/"));
+  if (!first[0] && !shim_stale_has(&g_stale, path)) snprintf(first, 256, "%s", path + strlen("/dev/shm/"));
+}
+
+// Removes the regions an earlier process with this pid left, still untouched, with a note each.
+static void forget_stale_regions(void) {
+  for (int i = 0; i < g_stale.n; i++)
+    if (shim_stale_has(&g_stale, g_stale.r[i].path) && unlink(g_stale.r[i].path) == 0)
+      note("removed %s: there before this process loaded the library (an earlier process with pid %d left it)",
+           g_stale.r[i].path, (int)getpid());
+  g_stale.n = 0;
 }
 
 // This process's doorbells (native/ofi/ofi_bell.cc): pages /dev/shm/tsnet-bell-<hash> whose
@@ -1880,6 +1897,7 @@ static void check_no_shm_regions(void) {
         left);
   int bells = bells_of(getpid());
   check(bells == 0, "after finalize no doorbell of this process is left in /dev/shm (%d)", bells);
+  forget_stale_regions();
 }
 
 // One role in this process: it loads the library itself.
@@ -4023,6 +4041,7 @@ static void usage(void) {
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   pthread_atfork(prefix_lock, prefix_unlock, prefix_reset);
+  note_stale_regions();
   if (argc < 2) return usage(), 2;
   const char* what = argv[1];
   int version = 0;

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define T(v) ((const tsn_net_v##v##_t*)n->table)
@@ -399,6 +400,31 @@ int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* a
   }
   closedir(d);
   return n;
+}
+
+static void stale_add(const char* path, void* arg) {
+  ShimStale* s = arg;
+  struct stat st;
+  if (s->n == SHIM_STALE_MAX || stat(path, &st) != 0) return;
+  snprintf(s->r[s->n].path, sizeof s->r[s->n].path, "%s", path);
+  s->r[s->n].dev = st.st_dev, s->r[s->n].ino = st.st_ino;
+  s->r[s->n].ctime_s = st.st_ctim.tv_sec, s->r[s->n].ctime_ns = st.st_ctim.tv_nsec;
+  s->n++;
+}
+
+void shim_stale_note(ShimStale* s) {
+  s->n = 0;
+  shim_shm_regions((int)getpid(), 0, stale_add, s);
+}
+
+int shim_stale_has(const ShimStale* s, const char* path) {
+  struct stat st;
+  if (stat(path, &st) != 0) return 0;
+  for (int i = 0; i < s->n; i++)
+    if (!strcmp(s->r[i].path, path) && s->r[i].dev == st.st_dev && s->r[i].ino == st.st_ino &&
+        s->r[i].ctime_s == st.st_ctim.tv_sec && s->r[i].ctime_ns == st.st_ctim.tv_nsec)
+      return 1;
+  return 0;
 }
 
 int shim_threads(const char* prefix, void (*each)(const char* name, const char* dir, void* arg), void* arg) {

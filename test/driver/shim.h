@@ -106,6 +106,26 @@ int shim_cuda_open(ShimCuda* c, char* why, size_t len);
 // it when remove is set; returns how many there were.
 int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* arg), void* arg);
 
+// Regions named for this process's pid may be there before it loaded the library: an earlier
+// process with the same pid left them, and pids come round again within one test run (pid_max
+// is 32768 on small machines). shm refuses such a name only when an endpoint takes it
+// (native/ofi/ofi_endpoint.cc then takes the next index), so a process that opened no endpoint
+// still finds it at its exit: it is not this process's. shim_stale_note notes them (call it
+// before loading the library, and again in a forked child); shim_stale_has says whether path is
+// one of them, untouched since (same inode and change time: a file shm took over and rewrote
+// counts as this process's again).
+#define SHIM_STALE_MAX 8
+typedef struct {
+  int n;
+  struct {
+    char path[300];
+    unsigned long long dev, ino;
+    long long ctime_s, ctime_ns;
+  } r[SHIM_STALE_MAX];
+} ShimStale;
+void shim_stale_note(ShimStale* s);
+int shim_stale_has(const ShimStale* s, const char* path);
+
 // Calls each(name, dir, arg) (unless each is NULL: counting only) for every thread of this process whose name (comm) starts with
 // prefix; dir is its /proc/self/task/<tid> folder. Returns how many there were.
 int shim_threads(const char* prefix, void (*each)(const char* name, const char* dir, void* arg), void* arg);
