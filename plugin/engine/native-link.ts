@@ -123,7 +123,7 @@ export class NativeLink implements StreamLink, CqeHandler {
     try {
       const c = binding.ioAdopt(fds[0], -1, this.id, rxBytes);
       adopted.push(c);
-      this.rx = new NativeRx(c.rx!, () => this.port.submit(c.thread, c.lane, this.id, 0, SubKind.RX_RESUME, SUB_F_NOCQE, 0, 0));
+      this.rx = new NativeRx(c.rx!, () => this.port.submit(c.thread, c.lane, this.id, 0, SubKind.RX_RESUME, SUB_F_NOCQE, 0, 0, 0));
       for (const fd of fds.slice(1)) adopted.push(binding.ioAdopt(fd, -1, this.id, 0));
     } catch (e) {
       for (const l of adopted) binding.ioClose(l.lane, false);
@@ -156,21 +156,21 @@ export class NativeLink implements StreamLink, CqeHandler {
     else if (this.early === undefined || status !== STATUS_OK) this.early = status;
   }
 
-  frame(type: number, flags: number, tag: number, seq: number, size: number, addr: number, len: number, op: number): void {
+  frame(type: number, flags: number, tag: number, seq: number, size: number, hi: number, lo: number, len: number, op: number): void {
     const p = this.port;
-    p.submitFrame(this.ctl.thread, this.ctl.lane, this.id, op < 0 ? 0 : op, op < 0 ? SUB_F_NOCQE : 0, addr, len, type, flags, tag, seq, size);
+    p.submitFrame(this.ctl.thread, this.ctl.lane, this.id, op < 0 ? 0 : op, op < 0 ? SUB_F_NOCQE : 0, hi, lo, len, type, flags, tag, seq, size);
     this.wrote = p.now;
   }
 
-  write(lane: number, addr: number, len: number, op: number): void {
+  write(lane: number, hi: number, lo: number, len: number, op: number): void {
     const l = this.data[lane];
-    this.port.submit(l.thread, l.lane, this.id, op, SubKind.WRITE, 0, addr, len);
+    this.port.submit(l.thread, l.lane, this.id, op, SubKind.WRITE, 0, hi, lo, len);
     this.wrote = this.port.now;
   }
 
-  read(lane: number, addr: number, len: number, op: number): void {
+  read(lane: number, hi: number, lo: number, len: number, op: number): void {
     const l = this.data[lane];
-    this.port.submit(l.thread, l.lane, this.id, op, addr === 0 ? SubKind.DISCARD : SubKind.READ, 0, addr, len);
+    this.port.submit(l.thread, l.lane, this.id, op, hi === 0 && lo === 0 ? SubKind.DISCARD : SubKind.READ, 0, hi, lo, len);
   }
 
   /** The engine's view of each lane, one line each (for the WARN of a link gone quiet). */

@@ -7,13 +7,9 @@
 import { log } from '../log';
 import { CQE, OP_RX, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './records';
 import { monoMs } from '../clock';
+import { ADDR_SPLIT } from '../addr';
 
-/**
- * An address passed as hi * ADDR_SPLIT + lo: two small integers. A computed address above 2^30
- * is a heap number wherever it crosses a call V8 did not inline, which for a receive posted per
- * message was 16 bytes of garbage per message over libfabric shm (test/integration/tcp.test.ts).
- */
-export const ADDR_SPLIT = 2 ** 24;
+export { ADDR_SPLIT };
 
 /** What a link of this thread is told by the engine. */
 export interface CqeHandler {
@@ -57,7 +53,8 @@ interface Overflow {
   op: number;
   kind: SubKind;
   flags: number;
-  addr: number;
+  hi: number;
+  lo: number;
   len: number;
   ftype: number;
   fflags: number;
@@ -66,6 +63,8 @@ interface Overflow {
   fsize: number;
   imm?: number;
   immHi?: number;
+  rhi?: number;
+  rlo?: number;
 }
 
 /** Lanes a ring remembers as written by the protocol thread in one turn (SubRing.directLanes). */
@@ -120,9 +119,9 @@ class SubRing {
    * Starts the record at the tail: whose it is, its kind and buffer. Returns its byte offset;
    * the caller fills the rest, then calls advance().
    */
-  private begin(lane: number, link: number, op: number, kind: SubKind, inlineLen: number, addr: number, len: number): number {
+  private begin(lane: number, link: number, op: number, kind: SubKind, inlineLen: number, hi: number, lo: number, len: number): number {
     const b = this.startRecord(lane, link, op, kind, inlineLen);
-    this.f64[(b >> 3) + 2] = addr;
+    this.f64[(b >> 3) + 2] = hi * ADDR_SPLIT + lo;
     this.f64[(b >> 3) + 3] = len;
     return b;
   }
@@ -144,16 +143,16 @@ class SubRing {
     this.dirty = true;
   }
 
-  put(lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
+  put(lane: number, link: number, op: number, kind: SubKind, flags: number, hi: number, lo: number, len: number,
     ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
-    this.fill(lane, link, op, kind, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+    this.fill(lane, link, op, kind, flags, hi, lo, len, ftype, fflags, ftag, fseq, fsize);
     this.advance();
   }
 
   /** Writes a record at the tail without publishing it (put() = fill() + advance()). */
-  fill(lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
+  fill(lane: number, link: number, op: number, kind: SubKind, flags: number, hi: number, lo: number, len: number,
     ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
-    const b = this.begin(lane, link, op, kind, ftype ? 24 : 0, addr, len);
+    const b = this.begin(lane, link, op, kind, ftype ? 24 : 0, hi, lo, len);
     const w = b >> 2;
     const d = b >> 3;
     this.u32[w + (SUB.flags >> 2)] = flags;
@@ -166,17 +165,13 @@ class SubRing {
     }
   }
 
-  putOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
-    raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
-    this.fillOfi(lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+  putOfi(lane: number, link: number, op: number, kind: SubKind, hi: number, lo: number, len: number, mr: number, peer: number,
+    rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
+    this.fillOfi(lane, link, op, kind, hi, lo, len, mr, peer, rhi, rlo, keyLo, keyHi, imm, immHi);
     this.advance();
   }
 
-  /**
-   * A libfabric receive (TSN_SUB_OFI_RECV) into [hi * ADDR_SPLIT + lo, +len) with registration
-   * mr, written and published here: putOfi() of a receive without a call that takes the address
-   * as one number.
-   */
+  /** A libfabric receive (TSN_SUB_OFI_RECV) into [hi * ADDR_SPLIT + lo, +len) with registration mr, written and published here. */
   putOfiRecv(lane: number, link: number, op: number, hi: number, lo: number, len: number, mr: number): void {
     const b = this.startRecord(lane, link, op, SubKind.OFI_RECV, 0);
     const w = b >> 2;
@@ -196,12 +191,12 @@ class SubRing {
   }
 
   /** Writes a libfabric record at the tail without publishing it (putOfi() = fillOfi() + advance()). */
-  fillOfi(lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number, peer: number,
-    raddr: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
-    const b = this.begin(lane, link, op, kind, 0, addr, len);
+  fillOfi(lane: number, link: number, op: number, kind: SubKind, hi: number, lo: number, len: number, mr: number, peer: number,
+    rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
+    const b = this.begin(lane, link, op, kind, 0, hi, lo, len);
     const w = b >> 2;
     const u32 = this.u32;
-    this.f64[(b >> 3) + 4] = raddr;
+    this.f64[(b >> 3) + 4] = rhi * ADDR_SPLIT + rlo;
     u32[w + (SUB.rkeyLo >> 2)] = keyLo;
     u32[w + (SUB.rkeyHi >> 2)] = keyHi;
     u32[w + (SUB.imm >> 2)] = imm < 0 ? 0 : imm;
@@ -302,15 +297,15 @@ export class Port {
   }
 
   /** Queues a submission for I/O thread t (published by flush()). ftype > 0 adds a 24-byte frame header inline. */
-  submit(t: number, lane: number, link: number, op: number, kind: SubKind, flags: number, addr: number, len: number,
+  submit(t: number, lane: number, link: number, op: number, kind: SubKind, flags: number, hi: number, lo: number, len: number,
     ftype = 0, fflags = 0, ftag = 0, fseq = 0, fsize = 0): void {
     const r = this.subs[t];
     if (r.overflow.length === 0 && r.room() > 0) {
-      r.put(lane, link, op, kind, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+      r.put(lane, link, op, kind, flags, hi, lo, len, ftype, fflags, ftag, fseq, fsize);
       return;
     }
     // The ring is full: keep order behind what waits (rare: 2048 submissions in one turn).
-    r.overflow.push({ lane, link, op, kind, flags, addr, len, ftype, fflags, ftag, fseq, fsize });
+    r.overflow.push({ lane, link, op, kind, flags, hi, lo, len, ftype, fflags, ftag, fseq, fsize });
   }
 
   /**
@@ -322,14 +317,14 @@ export class Port {
    * is busy or closing, or the socket is full, the record is published as usual (or what is left
    * of it, when part went).
    */
-  submitFrame(t: number, lane: number, link: number, op: number, flags: number, addr: number, len: number,
+  submitFrame(t: number, lane: number, link: number, op: number, flags: number, hi: number, lo: number, len: number,
     ftype: number, fflags: number, ftag: number, fseq: number, fsize: number): void {
     const r = this.subs[t];
     if (!this.mayWriteHere(r, lane, len, 1)) {
-      this.submit(t, lane, link, op, SubKind.WRITE, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+      this.submit(t, lane, link, op, SubKind.WRITE, flags, hi, lo, len, ftype, fflags, ftag, fseq, fsize);
       return;
     }
-    r.fill(lane, link, op, SubKind.WRITE, flags, addr, len, ftype, fflags, ftag, fseq, fsize);
+    r.fill(lane, link, op, SubKind.WRITE, flags, hi, lo, len, ftype, fflags, ftag, fseq, fsize);
     const res = this.binding.ioWriteNow!(t, r.tail);
     if (res === -1 || res === -2) {
       if (res === -2) this.writtenPart++;
@@ -347,14 +342,14 @@ export class Port {
    * (GPU memory, more than the provider injects, a post waiting for room: engine_ofi.cc), and
    * that goes through the ring. Its completion comes from the next poll() or flush().
    */
-  submitOfiNow(t: number, lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number,
-    peer: number, raddr: number, keyLo: number, keyHi: number, imm: number, immHi = 0): void {
+  submitOfiNow(t: number, lane: number, link: number, op: number, kind: SubKind, hi: number, lo: number, len: number, mr: number,
+    peer: number, rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, immHi = 0): void {
     const r = this.subs[t];
     if (!this.mayWriteHere(r, lane, kind === SubKind.OFI_SEND ? len + keyLo : len, OFI_DIRECT_PER_TURN)) {
-      this.submitOfi(t, lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+      this.submitOfi(t, lane, link, op, kind, hi, lo, len, mr, peer, rhi, rlo, keyLo, keyHi, imm, immHi);
       return;
     }
-    r.fillOfi(lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+    r.fillOfi(lane, link, op, kind, hi, lo, len, mr, peer, rhi, rlo, keyLo, keyHi, imm, immHi);
     const res = this.binding.ioWriteNow!(t, r.tail);
     if (res < 0) {
       r.advance();
@@ -423,22 +418,23 @@ export class Port {
   submitOfiRecv(t: number, lane: number, link: number, op: number, hi: number, lo: number, len: number, mr: number): void {
     const r = this.subs[t];
     if (r.overflow.length === 0 && r.room() > 0) r.putOfiRecv(lane, link, op, hi, lo, len, mr);
-    else this.submitOfi(t, lane, link, op, SubKind.OFI_RECV, hi * ADDR_SPLIT + lo, len, mr, 0, 0, 0, 0, -1);
+    else this.submitOfi(t, lane, link, op, SubKind.OFI_RECV, hi, lo, len, mr, 0, 0, 0, 0, 0, -1);
   }
 
   /**
    * Queues a libfabric submission for I/O thread t (records.h TSN_SUB_OFI_*): [addr, addr+len)
    * with registration mr, the peer, remote address and key, immediate data (imm >= 0), and for
-   * a send a first part [addr0, addr0+len0) with registration mr0.
+   * a send a first part [addr0, addr0+len0) with registration mr0 (in the remote address's and
+   * keys' fields). Addresses as hi, lo (ADDR_SPLIT).
    */
-  submitOfi(t: number, lane: number, link: number, op: number, kind: SubKind, addr: number, len: number, mr: number,
-    peer: number, raddr: number, keyLo: number, keyHi: number, imm: number, immHi = 0): void {
+  submitOfi(t: number, lane: number, link: number, op: number, kind: SubKind, hi: number, lo: number, len: number, mr: number,
+    peer: number, rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, immHi = 0): void {
     const r = this.subs[t];
     if (r.overflow.length === 0 && r.room() > 0) {
-      r.putOfi(lane, link, op, kind, addr, len, mr, peer, raddr, keyLo, keyHi, imm, immHi);
+      r.putOfi(lane, link, op, kind, hi, lo, len, mr, peer, rhi, rlo, keyLo, keyHi, imm, immHi);
       return;
     }
-    r.overflow.push({ lane, link, op, kind, flags: -1, addr, len, ftype: mr, fflags: peer, ftag: keyLo, fseq: raddr, fsize: keyHi, imm, immHi });
+    r.overflow.push({ lane, link, op, kind, flags: -1, hi, lo, len, ftype: mr, fflags: peer, ftag: keyLo, fseq: 0, fsize: keyHi, imm, immHi, rhi, rlo });
   }
 
   /** Publishes every queued submission and wakes the I/O threads that sleep. */
@@ -451,8 +447,8 @@ export class Port {
         let k = 0;
         while (k < r.overflow.length && r.room() > 0) {
           const o = r.overflow[k++];
-          if (o.flags === -1) r.putOfi(o.lane, o.link, o.op, o.kind, o.addr, o.len, o.ftype, o.fflags, o.fseq, o.ftag, o.fsize, o.imm!, o.immHi!);
-          else r.put(o.lane, o.link, o.op, o.kind, o.flags, o.addr, o.len, o.ftype, o.fflags, o.ftag, o.fseq, o.fsize);
+          if (o.flags === -1) r.putOfi(o.lane, o.link, o.op, o.kind, o.hi, o.lo, o.len, o.ftype, o.fflags, o.rhi!, o.rlo!, o.ftag, o.fsize, o.imm!, o.immHi!);
+          else r.put(o.lane, o.link, o.op, o.kind, o.flags, o.hi, o.lo, o.len, o.ftype, o.fflags, o.ftag, o.fseq, o.fsize);
         }
         r.overflow.splice(0, k);
       }

@@ -114,7 +114,7 @@ export abstract class Endpoint implements LinkEvents {
   tick(now: number, timeoutMs: number, judge = true): void {
     if (this.failed) return;
     // No heartbeat to a peer that has ended: it reads nothing more.
-    if (!this.peerDone && now - this.link.wrote >= timeoutMs / 4) this.link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, NO_OP);
+    if (!this.peerDone && now - this.link.wrote >= timeoutMs / 4) this.link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, 0, NO_OP);
     if (judge && this.pending > 0 && now - this.link.heard > timeoutMs) {
       // Before failing: where the bytes wait, so that a peer that is alive but stuck can be told
       // from one that is gone (the link's sockets, queues and I/O threads, one WARN per lane).
@@ -130,7 +130,7 @@ export abstract class Endpoint implements LinkEvents {
   close(): void {
     const inFlight = this.failed ? 0 : this.cancelPending(invalidUsage(`${this.name}: closed with the request in flight`));
     if (inFlight) log.info(`${this.name}: closed with ${inFlight} ${this.kind}(s) in flight; cancelled`);
-    if (!this.failed && !this.peerDone) this.link.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP);
+    if (!this.failed && !this.peerDone) this.link.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, 0, NO_OP);
     this.failed ??= remoteError(`${this.name}: closed`);
     this.warned = true; // NCCL posts nothing on a closed comm
     this.link.close(true);

@@ -47,12 +47,15 @@ export interface StreamLink {
   readonly wrote: number;
   /** Where events go; what happened before attach is delivered at attach. */
   attach(events: LinkEvents): void;
-  /** Queues a 24-byte frame on the control lane, followed by [addr, addr+len) (an eager payload). */
-  frame(type: number, flags: number, tag: number, seq: number, size: number, addr: number, len: number, op: number): void;
+  /**
+   * Queues a 24-byte frame on the control lane, followed by [addr, addr+len) (an eager payload).
+   * Addresses here go as addr = hi * ADDR_SPLIT + lo (plugin/engine/port.ts: hiOf, loOf).
+   */
+  frame(type: number, flags: number, tag: number, seq: number, size: number, hi: number, lo: number, len: number, op: number): void;
   /** Queues a write of [addr, addr+len) on data lane `lane`, after its earlier writes. */
-  write(lane: number, addr: number, len: number, op: number): void;
+  write(lane: number, hi: number, lo: number, len: number, op: number): void;
   /** Queues a read of len bytes into addr (0: dropped) from data lane `lane`, after its earlier reads. */
-  read(lane: number, addr: number, len: number, op: number): void;
+  read(lane: number, hi: number, lo: number, len: number, op: number): void;
   /**
    * Reads into [base, base+len) drop the rest of their bytes (their completions still come);
    * writes from there are counted: they cannot be taken back without breaking the stream.

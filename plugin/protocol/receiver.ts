@@ -10,6 +10,7 @@ import { ResultCode } from '../abi';
 import { objectArray } from '../arrays';
 import { type NetError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
+import { hiOf, loOf } from '../addr';
 import type { Region } from '../memory';
 import { type Complete, Endpoint, STATUS_EOF, laneError } from './endpoint';
 import { FLAG_EAGER, type Frame, FrameType, copyOut } from './frames';
@@ -288,7 +289,7 @@ export class Receiver extends Endpoint {
     const room = r.entries[i].size;
     const tooBig = sizeError(m.size, room, m.tag);
     if (tooBig) {
-      this.link.frame(FrameType.NACK, 0, 0, m.seq, room, 0, 0, NO_OP);
+      this.link.frame(FrameType.NACK, 0, 0, m.seq, room, 0, 0, 0, NO_OP);
       this.failRecv(r, invalidUsage(`${this.name}: ${tooBig}`));
     }
     const region = r.regions[i];
@@ -310,7 +311,8 @@ export class Receiver extends Endpoint {
       const i = q.head & mask;
       const m = q.msgs[i]!;
       if (!m.matched) return;
-      this.link.read(k, m.dest === 0 ? 0 : m.dest + q.offs[i], q.lens[i], m.id | (m.gen << 16));
+      const d = m.dest === 0 ? 0 : m.dest + q.offs[i];
+      this.link.read(k, hiOf(d), loOf(d), q.lens[i], m.id | (m.gen << 16));
       q.msgs[i] = undefined;
       q.head++;
     }

@@ -7,6 +7,7 @@ import { ResultCode } from '../abi';
 import { objectArray } from '../arrays';
 import { type NetError, internalError, invalidUsage, remoteError } from '../errors';
 import { log } from '../log';
+import { hiOf, loOf } from '../addr';
 import type { Region } from '../memory';
 import { Endpoint, ZEROS, laneError } from './endpoint';
 import { FLAG_EAGER, type Frame, FrameType } from './frames';
@@ -83,19 +84,22 @@ export class Sender extends Endpoint {
       this.nacked = undefined;
     }
     const token = (op.id | (op.gen << 8)) >>> 0;
+    // The address as two small integers (plugin/addr.ts); a stripe's offset is added to lo.
     const addr = region ? region.base + offset : 0;
+    const hi = hiOf(addr);
+    const lo = loOf(addr);
     const p = this.link.policy;
     if (p.eager.eager(size, p.eagerMax, p.lanes)) {
       op.writes = 1;
-      this.link.frame(FrameType.MSG, FLAG_EAGER, tag, this.seq, size, addr, size, token);
+      this.link.frame(FrameType.MSG, FLAG_EAGER, tag, this.seq, size, hi, lo, size, token);
     } else {
-      this.link.frame(FrameType.MSG, 0, tag, this.seq, size, 0, 0, NO_OP);
+      this.link.frame(FrameType.MSG, 0, tag, this.seq, size, 0, 0, 0, NO_OP);
       const len = p.stripes.length(size, p.minStripe, p.lanes);
       const n = stripeCount(size, len);
       let lane = p.laneChoice.first(this.counter, tag, p.lanes);
       op.writes = n;
       for (let k = 0, off = 0; k < n; k++, off += len) {
-        this.link.write(lane, addr + off, Math.min(len, size - off), token);
+        this.link.write(lane, hi, lo + off, Math.min(len, size - off), token);
         if (++lane === p.lanes) lane = 0;
       }
       this.counter += n;

@@ -5,6 +5,7 @@
 import type { LinkEvents, RxRing, StreamLink } from '../protocol/link';
 import type { SchedulePolicy } from '../protocol/policies';
 import { monoMs } from '../clock';
+import { ADDR_SPLIT } from '../addr';
 
 /** Resolves an address range to bytes (registered regions). */
 export interface Memory {
@@ -104,8 +105,9 @@ class End implements StreamLink {
     }
   }
 
-  frame(type: number, flags: number, tag: number, seq: number, size: number, addr: number, len: number, op: number): void {
+  frame(type: number, flags: number, tag: number, seq: number, size: number, hi: number, lo: number, len: number, op: number): void {
     if (this.closed) return;
+    const addr = hi * ADDR_SPLIT + lo;
     const header = new Uint8Array(24);
     const dv = new DataView(header.buffer);
     dv.setUint8(0, type);
@@ -118,18 +120,18 @@ class End implements StreamLink {
     this.moveFrames();
   }
 
-  write(lane: number, addr: number, len: number, op: number): void {
+  write(lane: number, hi: number, lo: number, len: number, op: number): void {
     if (this.closed) return;
-    this.writes[lane].push({ addr, len, at: 0, op });
+    this.writes[lane].push({ addr: hi * ADDR_SPLIT + lo, len, at: 0, op });
     this.wrote = monoMs();
     this.moveData(lane);
   }
 
-  read(lane: number, addr: number, len: number, op: number): void {
+  read(lane: number, hi: number, lo: number, len: number, op: number): void {
     if (this.closed) return;
     const gone = this.gone;
     if (gone !== undefined) return this.later(() => this.events?.onOp(op, gone, 0, 0));
-    this.reads[lane].push({ addr, len, at: 0, op });
+    this.reads[lane].push({ addr: hi * ADDR_SPLIT + lo, len, at: 0, op });
     this.peer.moveData(lane);
   }
 

@@ -2,6 +2,7 @@
 // inline) and reads in flight: the close races the I/O threads, which may see the peer's end and
 // finish a graceful close before they take the protocol thread's kick. Shared by
 // close-race.test.ts (in process) and close-race-main.ts (a child under AddressSanitizer).
+import { split } from '../../plugin/addr';
 import * as fs from 'fs';
 import type { Port } from '../../plugin/engine/port';
 import { SUB_F_NOCQE, SubKind } from '../../plugin/engine/records';
@@ -56,9 +57,9 @@ export async function closeRace(a: EngineAddon, port: Port, ioThreads: number, c
       const m = mems[Math.floor(rnd() * mems.length)];
       const len = Math.floor(rnd() * 2 * MiB);
       const kind = rnd();
-      if (kind < 0.4) port.submit(e.thread, e.lane, e.link, k, SubKind.WRITE, 0, m.addr, len);
-      else if (kind < 0.7) port.submit(e.thread, e.lane, e.link, k, SubKind.WRITE, SUB_F_NOCQE, 0, 0, FrameType.HEARTBEAT, 0, k, k, 0);
-      else if (!e.ctl) port.submit(e.thread, e.lane, e.link, k, SubKind.READ, 0, m.addr, len);
+      if (kind < 0.4) port.submit(e.thread, e.lane, e.link, k, SubKind.WRITE, 0, ...split(m.addr), len);
+      else if (kind < 0.7) port.submit(e.thread, e.lane, e.link, k, SubKind.WRITE, SUB_F_NOCQE, 0, 0, 0, FrameType.HEARTBEAT, 0, k, k, 0);
+      else if (!e.ctl) port.submit(e.thread, e.lane, e.link, k, SubKind.READ, 0, ...split(m.addr), len);
     }
     port.flush();
     for (const i of ends.map((_, i) => i).sort(() => rnd() - 0.5)) {
@@ -86,8 +87,8 @@ export async function closeRace(a: EngineAddon, port: Port, ioThreads: number, c
   const src = new Mem(MiB);
   const dst = new Mem(MiB);
   src.bytes.fill(7);
-  port.submit(ta.thread, ta.lane, tx, 1, SubKind.WRITE, 0, src.addr, MiB);
-  port.submit(tb.thread, tb.lane, rx, 2, SubKind.READ, 0, dst.addr, MiB);
+  port.submit(ta.thread, ta.lane, tx, 1, SubKind.WRITE, 0, ...split(src.addr), MiB);
+  port.submit(tb.thread, tb.lane, rx, 2, SubKind.READ, 0, ...split(dst.addr), MiB);
   await until(() => done.size === 2, 10_000, '1 MiB over a new pair after the races', [port]);
   if (done.get(1)?.status !== 0 || done.get(2)?.status !== 0 || dst.bytes[MiB - 1] !== 7)
     throw new Error(`the pair after the races: ${JSON.stringify([...done])}`);

@@ -3,6 +3,7 @@
 // nobody wakes this thread), over socketpairs and TCP loopback sockets. Raw ring writes where
 // the native side's validation is the subject. Throughput and small-op rate are printed, never
 // asserted.
+import { split } from '../../plugin/addr';
 import * as fs from 'fs';
 import * as net from 'net';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -133,9 +134,9 @@ afterEach(() => peers.splice(0).forEach((s) => s.destroy()));
 
 const write = (e: End, op: number, addr: number, len: number, frame?: Frame, flags = 0) =>
   frame
-    ? e.port.submit(e.thread, e.lane, e.link, op, SubKind.WRITE, flags, addr, len, frame.type, frame.flags, frame.tag, frame.seq, frame.size)
-    : e.port.submit(e.thread, e.lane, e.link, op, SubKind.WRITE, flags, addr, len);
-const read = (e: End, op: number, addr: number, len: number) => e.port.submit(e.thread, e.lane, e.link, op, SubKind.READ, 0, addr, len);
+    ? e.port.submit(e.thread, e.lane, e.link, op, SubKind.WRITE, flags, ...split(addr), len, frame.type, frame.flags, frame.tag, frame.seq, frame.size)
+    : e.port.submit(e.thread, e.lane, e.link, op, SubKind.WRITE, flags, ...split(addr), len);
+const read = (e: End, op: number, addr: number, len: number) => e.port.submit(e.thread, e.lane, e.link, op, SubKind.READ, 0, ...split(addr), len);
 
 /** Publishes everything queued, however many turns the rings need (nothing polled meanwhile). */
 async function flushAll(p: Port = port): Promise<void> {
@@ -267,7 +268,7 @@ describe.skipIf(!!missing)('engine: a control lane\'s receive ring', () => {
     let posted = 0;
     const post = () => {
       while (posted < N && posted - r.sent.length < 8) {
-        r.tx.frame(FrameType.MSG, 1, posted, posted, sizes[posted], src.addr + posted * 1500, sizes[posted], posted);
+        r.tx.frame(FrameType.MSG, 1, posted, posted, sizes[posted], ...split(src.addr + posted * 1500), sizes[posted], posted);
         posted++;
       }
     };
@@ -302,7 +303,7 @@ describe.skipIf(!!missing)('engine: a control lane\'s receive ring', () => {
     const size = 1000;
     const src = new Mem(N * size);
     for (let i = 0; i < N; i++) fill(src.bytes.subarray(i * size, (i + 1) * size), i + 100);
-    for (let i = 0; i < N; i++) r.tx.frame(FrameType.MSG, 1, i, i, size, src.addr + i * size, size, i);
+    for (let i = 0; i < N; i++) r.tx.frame(FrameType.MSG, 1, i, i, size, ...split(src.addr + i * size), size, i);
     await until(() => r.stalled() === 1, 5000, 'the I/O thread to stall');
     await until(() => r.sent.length === N, 5000, 'every frame written (the socket holds what the ring cannot)');
     expect(r.rxl.rx.written()).toBe(cap);
@@ -352,7 +353,7 @@ describe.skipIf(!!missing)('engine: a control lane\'s receive ring', () => {
           sizes.push(n);
           const at = (posted % WINDOW) * MAXP;
           fill(src.bytes.subarray(at, at + n), posted);
-          r.tx.frame(FrameType.MSG, 1, posted & 0xffff, posted, n, src.addr + at, n, posted);
+          r.tx.frame(FrameType.MSG, 1, posted & 0xffff, posted, n, ...split(src.addr + at), n, posted);
           posted++;
         }
       };
@@ -438,7 +439,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     const src = new Mem(8193);
     fill(src.bytes, 9);
     const here = port.writtenHere;
-    r.tx.frame(FrameType.MSG, 1, 7, 70, 8192, src.addr, 8192, 42);
+    r.tx.frame(FrameType.MSG, 1, 7, 70, 8192, ...split(src.addr), 8192, 42);
     expect(port.writtenHere).toBe(here + 1);
     expect(r.sent, 'no completion before a poll').toEqual([]);
     port.poll();
@@ -453,13 +454,13 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     let at = FRAME_BYTES + 8192;
     // One byte over the limit: through the I/O thread.
     await settle();
-    r.tx.frame(FrameType.MSG, 1, 8, 71, 8193, src.addr, 8193, 43);
+    r.tx.frame(FrameType.MSG, 1, 8, 71, 8193, ...split(src.addr), 8193, 43);
     expect(port.writtenHere).toBe(here + 1);
     await until(() => r.sent.length === 2, 5000, 'the long frame written by the I/O thread');
     at += FRAME_BYTES + 8193;
     // A frame that asks for no completion (a heartbeat): written here, nothing reported.
     await settle();
-    r.tx.frame(FrameType.HEARTBEAT, 0, 9, -1, 0, 0, 0, -1);
+    r.tx.frame(FrameType.HEARTBEAT, 0, 9, -1, 0, 0, 0, 0, -1);
     expect(port.writtenHere).toBe(here + 2);
     at += FRAME_BYTES;
     await until(() => r.rxl.rx.written() >= at, 5000, 'every byte at the peer');
@@ -476,14 +477,14 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     await settle();
     const src = new Mem(64);
     const here = port.writtenHere;
-    for (let i = 0; i < 5; i++) r.tx.frame(FrameType.MSG, 1, i, i, 8, src.addr, 8, i);
+    for (let i = 0; i < 5; i++) r.tx.frame(FrameType.MSG, 1, i, i, 8, ...split(src.addr), 8, i);
     expect(port.writtenHere - here, 'the first of the turn').toBe(1);
     await settle(); // the turn's end (flush), and the I/O thread took the other four
-    r.tx.frame(FrameType.MSG, 1, 5, 5, 8, src.addr, 8, 5);
+    r.tx.frame(FrameType.MSG, 1, 5, 5, 8, ...split(src.addr), 8, 5);
     expect(port.writtenHere - here, 'a new turn').toBe(2);
     // r2's lane may share r's I/O thread; its first frame of a turn still goes here, unless the
     // ring to that thread holds a record of this turn already (none: r's frame went here).
-    r2.tx.frame(FrameType.MSG, 1, 0, 0, 8, src.addr, 8, 0);
+    r2.tx.frame(FrameType.MSG, 1, 0, 0, 8, ...split(src.addr), 8, 0);
     expect(port.writtenHere - here, 'another lane\'s first').toBe(3);
     await until(() => r.sent.length === 6 && r2.sent.length === 1, 5000, 'every completion');
     await expectInOrder(r, [8, 8, 8, 8, 8, 8]);
@@ -496,7 +497,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     await settle();
     const src = new Mem(8193);
     const here = port.writtenHere;
-    const frame = (e: typeof r, i: number, len = 8) => e.tx.frame(FrameType.MSG, 1, i, i, len, src.addr, len, i);
+    const frame = (e: typeof r, i: number, len = 8) => e.tx.frame(FrameType.MSG, 1, i, i, len, ...split(src.addr), len, i);
     A.ioSetDirectIdle!(200_000); // 200 ms
     try {
       frame(r, 0); // the lane never wrote
@@ -532,8 +533,8 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
     await settle();
     const src = new Mem(20000);
     const here = port.writtenHere;
-    r.tx.frame(FrameType.MSG, 1, 0, 0, 20000, src.addr, 20000, 0); // over the limit: the ring
-    for (let i = 1; i <= 10; i++) r.tx.frame(FrameType.MSG, 1, i, i, 8, src.addr, 8, i);
+    r.tx.frame(FrameType.MSG, 1, 0, 0, 20000, ...split(src.addr), 20000, 0); // over the limit: the ring
+    for (let i = 1; i <= 10; i++) r.tx.frame(FrameType.MSG, 1, i, i, 8, ...split(src.addr), 8, i);
     expect(port.writtenHere, 'none overtakes the first').toBe(here);
     await until(() => r.sent.length === 11, 5000, 'the 11 frames');
     await expectInOrder(r, [20000, ...Array<number>(10).fill(8)]);
@@ -555,7 +556,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
       const sizes: number[] = [];
       const send = (n: number, i: number) => {
         sizes.push(n);
-        port.submitFrame(a.thread, a.lane, a.link, i, 0, n ? src.addr + (i % 4) * P : 0, n, FrameType.MSG, 1, i, i, n);
+        port.submitFrame(a.thread, a.lane, a.link, i, 0, ...split(n ? src.addr + (i % 4) * P : 0), n, FrameType.MSG, 1, i, i, n);
       };
       // b reads nothing yet: frames go here one per turn until one cannot.
       let i = 0;
@@ -570,7 +571,7 @@ describe.skipIf(!!missing)('engine: frames the protocol thread writes itself (io
       i++;
       // Behind it, through the ring: small ones, a heartbeat without completion, long ones.
       for (let k = 0; k < 20; k++, i++) send(k % 5 === 4 ? P : 8, i);
-      port.submitFrame(a.thread, a.lane, a.link, 0, SUB_F_NOCQE, 0, 0, FrameType.HEARTBEAT, 0, 99, -1, 0);
+      port.submitFrame(a.thread, a.lane, a.link, 0, SUB_F_NOCQE, 0, 0, 0, FrameType.HEARTBEAT, 0, 99, -1, 0);
       const hb = i;
       sizes.push(0);
       await flushAll();
@@ -1255,7 +1256,7 @@ describe.skipIf(!!missing)('engine: two protocol threads in one process (setThre
     expect(() => bindingFor(1).ioClose(a0.lane, false)).toThrow(/no such lane of this thread/);
     // A submission naming another index's lane: -EBADF on the submitter's ring.
     read(a0, 7, d[0].addr, 10);
-    port.submit(a1.thread, a1.lane, a0.link, 8, SubKind.READ, 0, d[0].addr, 10);
+    port.submit(a1.thread, a1.lane, a0.link, 8, SubKind.READ, 0, ...split(d[0].addr), 10);
     await until(() => !!a0.sink.of(8), 5000, 'the refusal', [port]);
     expect(a0.sink.of(8)!.status).toBe(EBADF);
   });
@@ -1365,8 +1366,8 @@ describe.skipIf(!!missing)('engine: NativeLink over the engine', () => {
   it('close(true) with more submissions queued than the ring holds: every frame queued before it still goes, then the end', async () => {
     const { tx, rx, rxEnd } = linkPair(1);
     const N = 5000; // more than the 2048 records of a submission ring, in one turn
-    for (let i = 0; i < N; i++) tx.frame(FrameType.HEARTBEAT, 0, i, -1, 0, 0, 0, -1);
-    tx.frame(FrameType.CLOSE, 0, N, -1, 0, 0, 0, -1);
+    for (let i = 0; i < N; i++) tx.frame(FrameType.HEARTBEAT, 0, i, -1, 0, 0, 0, 0, -1);
+    tx.frame(FrameType.CLOSE, 0, N, -1, 0, 0, 0, 0, -1);
     expect(tx.close(true)).toBe(true);
     let parsed = 0;
     const f: Frame = { type: FrameType.MSG, flags: 0, tag: 0, seq: 0, size: 0 };
@@ -1390,11 +1391,11 @@ describe.skipIf(!!missing)('engine: NativeLink over the engine', () => {
     const N = 5000;
     const x = new Mem(N * 16);
     x.bytes.fill(0x5a);
-    for (let i = 0; i < N; i++) rx.read(0, x.addr + 16 * i, 16, i);
+    for (let i = 0; i < N; i++) rx.read(0, ...split(x.addr + 16 * i), 16, i);
     expect(rx.cancel(x.addr, x.size)).toEqual({ reads: N, writes: 0 });
     const src = new Mem(N * 16);
     fill(src.bytes, 1);
-    tx.write(0, src.addr, src.size, 1);
+    tx.write(0, ...split(src.addr), src.size, 1);
     await until(() => rxOps.length === N, 10_000, 'the reads to complete');
     expect(rxOps.every((c, i) => c.op === i && c.status === 0)).toBe(true);
     expect(allBytes(x.bytes, 0x5a)).toBe(true);
@@ -1404,17 +1405,17 @@ describe.skipIf(!!missing)('engine: NativeLink over the engine', () => {
     const { tx, rx, rxOps } = linkPair(1);
     const N = 5000;
     const x = new Mem(N * 16);
-    for (let i = 0; i < N; i++) rx.read(0, x.addr + 16 * i, 16, i);
+    for (let i = 0; i < N; i++) rx.read(0, ...split(x.addr + 16 * i), 16, i);
     rx.close(false);
     x.bytes.fill(0x5a);
     // New lanes may take the closed lanes' ids: stale reads must not reach them.
     const again = linkPair(1);
     const src = new Mem(N * 16);
     fill(src.bytes, 2);
-    again.tx.write(0, src.addr, src.size, 1);
-    tx.write(0, src.addr, src.size, 1);
+    again.tx.write(0, ...split(src.addr), src.size, 1);
+    tx.write(0, ...split(src.addr), src.size, 1);
     const y = new Mem(N * 16);
-    again.rx.read(0, y.addr, y.size, 7);
+    again.rx.read(0, ...split(y.addr), y.size, 7);
     await until(() => again.rxOps.length === 1, 5000, 'the new link\'s read');
     await sleep(50);
     await until(() => true, 10, 'a poll');

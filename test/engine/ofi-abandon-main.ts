@@ -6,6 +6,7 @@
 // ms; ioClose(B) gives up meanwhile, B's memory is "given back" (overwritten), and after the
 // stall the completions B's link got, and whether that memory was written, are printed; and
 // how the count of abandoned endpoints (ofiAwaitAbandoned) and shm's regions went.
+import { split } from '../../plugin/addr';
 import * as fs from 'node:fs';
 import { SubKind } from '../../plugin/engine/records';
 import { forgetShm, ofiRailPair } from './ofi-pair';
@@ -23,7 +24,7 @@ async function main(): Promise<void> {
   const bBytes = new Uint8Array(mb.buffer, 0, 256);
   new Uint8Array(ma.buffer, 0, 256).fill(0xaa);
   let op = 100;
-  for (let i = 0; i < 4; i++) port.submitOfi(b.thread, b.lane, linkB, op++, SubKind.OFI_RECV, mb.addr + 64 * i, 64, mb.mr, 0, 0, 0, 0, -1);
+  for (let i = 0; i < 4; i++) port.submitOfi(b.thread, b.lane, linkB, op++, SubKind.OFI_RECV, ...split(mb.addr + 64 * i), 64, mb.mr, 0, 0, 0, 0, 0, -1);
   port.flush();
   await sleep(200);
   // B's thread is held (polling nothing) while A's messages come, then its next poll of B takes
@@ -31,7 +32,7 @@ async function main(): Promise<void> {
   ofi.ioTestStall(b.thread, 600);
   ofi.ioTestStall(b.thread, STALL, b.lane);
   await sleep(100);
-  for (let i = 0; i < 4; i++) port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_SEND, ma.addr + 64 * i, 64, ma.mr, peerB, 0, 0, 0, -1);
+  for (let i = 0; i < 4; i++) port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_SEND, ...split(ma.addr + 64 * i), 64, ma.mr, peerB, 0, 0, 0, 0, -1);
   port.flush();
   await sleep(800);
   port.poll();

@@ -7,6 +7,7 @@
 // argv: provider, bell (1 or 0). Prints {"bell": [A's, B's], "rang", "heard", "got":
 // [statuses], "files": [this process's bell pages while open, after B's close], "stale": a
 // left bell still there} and exits 0.
+import { split } from '../../plugin/addr';
 import * as fs from 'fs';
 import { SubKind } from '../../plugin/engine/records';
 import { forgetShm, ofiRailPair } from './ofi-pair';
@@ -54,11 +55,11 @@ async function main(): Promise<void> {
   const got: number[] = [];
   for (let round = 0; round < 4; round++) {
     const recv = 100 + round;
-    port.submitOfi(b.thread, b.lane, linkB, recv, SubKind.OFI_RECV, mb.addr, 64, mb.mr, 0, 0, 0, 0, -1);
+    port.submitOfi(b.thread, b.lane, linkB, recv, SubKind.OFI_RECV, ...split(mb.addr), 64, mb.mr, 0, 0, 0, 0, 0, -1);
     port.flush();
     await sleep(60); // B's thread has slept since, its bell armed
-    if (round % 2 === 0) port.submitOfi(a.thread, a.lane, linkA, 200 + round, SubKind.OFI_SEND, ma.addr, 64, ma.mr, peerB, 0, 0, 0, -1);
-    else port.submitOfiNow(a.thread, a.lane, linkA, 200 + round, SubKind.OFI_SEND, ma.addr, 64, ma.mr, peerB, 0, 0, 0, -1);
+    if (round % 2 === 0) port.submitOfi(a.thread, a.lane, linkA, 200 + round, SubKind.OFI_SEND, ...split(ma.addr), 64, ma.mr, peerB, 0, 0, 0, 0, -1);
+    else port.submitOfiNow(a.thread, a.lane, linkA, 200 + round, SubKind.OFI_SEND, ...split(ma.addr), 64, ma.mr, peerB, 0, 0, 0, 0, -1);
     port.flush();
     for (let i = 0; i < 500 && !status.has(recv); i++) await sleep(2), port.poll();
     got.push(status.get(recv) ?? -1);

@@ -3,6 +3,7 @@
 // B inserts itself first (AV id 0, as every tsnet endpoint does), then A; C is inserted only
 // with argv[3] = 'known'. A and C each send B a message with immediate data, and A writes into
 // B with immediate data. Prints {"fromA": id, "fromC": id, "writeFromA": id, "idA": id, "idC": id} (-1: none).
+import { split } from '../../plugin/addr';
 import type { CqeHandler } from '../../plugin/engine/port';
 import { SubKind } from '../../plugin/engine/records';
 import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
@@ -32,11 +33,11 @@ async function main(): Promise<void> {
   const cToB = ofi.ofiInsertPeer(c.lane, b.name);
   const [ma, mb, mc] = [a, b, c].map((r) => ofi.ofiAlloc(r.lane, 4096));
   let op = 100;
-  for (let i = 0; i < 2; i++) port.submitOfi(b.thread, b.lane, linkB, op++, SubKind.OFI_RECV, mb.addr + 64 * i, 64, mb.mr, 0, 0, 0, 0, -1);
+  for (let i = 0; i < 2; i++) port.submitOfi(b.thread, b.lane, linkB, op++, SubKind.OFI_RECV, ...split(mb.addr + 64 * i), 64, mb.mr, 0, 0, 0, 0, 0, -1);
   port.flush();
-  port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_SEND, ma.addr, 64, ma.mr, aToB, 0, 0, 0, 0x111);
-  port.submitOfi(c.thread, c.lane, linkC, op++, SubKind.OFI_SEND, mc.addr, 64, mc.mr, cToB, 0, 0, 0, 0x222);
-  port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_WRITE, ma.addr + 256, 64, ma.mr, aToB, mb.remoteBase + 1024, mb.keyLo, mb.keyHi, 0x333);
+  port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_SEND, ...split(ma.addr), 64, ma.mr, aToB, 0, 0, 0, 0, 0x111);
+  port.submitOfi(c.thread, c.lane, linkC, op++, SubKind.OFI_SEND, ...split(mc.addr), 64, mc.mr, cToB, 0, 0, 0, 0, 0x222);
+  port.submitOfi(a.thread, a.lane, linkA, op++, SubKind.OFI_WRITE, ...split(ma.addr + 256), 64, ma.mr, aToB, ...split(mb.remoteBase + 1024), mb.keyLo, mb.keyHi, 0x333);
   port.flush();
   for (const end = Date.now() + 10_000; seen.length < 3 && Date.now() < end; ) {
     port.poll();

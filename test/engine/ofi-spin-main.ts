@@ -5,6 +5,7 @@
 // 4 ms (its own work more recent than kBorrowNs, older than the 2 ms window). Prints
 // {"shared": [passes per thread], "borrowed": [...], "cpuUs": [...], "writes": n, "refused":
 // the error of a rail asked for group -1}.
+import { split } from '../../plugin/addr';
 import type { CqeHandler } from '../../plugin/engine/port';
 import { SubKind } from '../../plugin/engine/records';
 import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';
@@ -49,10 +50,10 @@ async function main(): Promise<void> {
   for (const end = Date.now() + ms; Date.now() < end; ) {
     if (Date.now() - eAt >= 4) {
       // No immediate data: only E's own completion, work on E's thread.
-      port.submitOfi(e.thread, e.lane, links[4], op++, SubKind.OFI_WRITE, me.addr, 64, me.mr, eToB, mb.remoteBase + 2048, mb.keyLo, mb.keyHi, 0);
+      port.submitOfi(e.thread, e.lane, links[4], op++, SubKind.OFI_WRITE, ...split(me.addr), 64, me.mr, eToB, ...split(mb.remoteBase + 2048), mb.keyLo, mb.keyHi, 0);
       eAt = Date.now();
     }
-    port.submitOfi(a.thread, a.lane, links[0], op++, SubKind.OFI_WRITE, ma.addr, 64, ma.mr, aToB, mb.remoteBase + 1024, mb.keyLo, mb.keyHi, 0x100 + (writes % 0x100));
+    port.submitOfi(a.thread, a.lane, links[0], op++, SubKind.OFI_WRITE, ...split(ma.addr), 64, ma.mr, aToB, ...split(mb.remoteBase + 1024), mb.keyLo, mb.keyHi, 0x100 + (writes % 0x100));
     port.flush();
     writes++;
     for (const until = Date.now() + 5_000; landed < writes && Date.now() < until; ) {

@@ -1,4 +1,5 @@
 // The fake fabric itself: what the protocol tests rely on it to do like libfabric.
+import { split } from '../../plugin/addr';
 import { describe, expect, it } from 'vitest';
 import { BOUNCE_TOKEN } from '../../plugin/transports/ofi/bounce';
 import { CqFlag } from '../../plugin/transports/ofi/fabric';
@@ -18,7 +19,7 @@ function two(opts = {}) {
 describe('fake fabric', () => {
   it('a send waits for a posted receive, then lands with its immediate data', () => {
     const { f, a, b, peer, src, dst } = two();
-    a.send(peer, src.addr, 4, src.reg.desc, 77, 1);
+    a.send(peer, ...split(src.addr), 4, src.reg.desc, 77, 1);
     expect(f.step()).toBe(false); // blocked: nothing posted
     b.postRecv(dst, 100, 64, 0x8000_0005);
     f.run();
@@ -32,7 +33,7 @@ describe('fake fabric', () => {
     b.onCompletions = (_r, batch) => batch.forEach((c) => seen.push(c.token));
     a.onCompletions = () => {};
     for (let i = 0; i < 5; i++) b.postRecv(dst, i * 8, 8, BOUNCE_TOKEN + i);
-    for (let i = 0; i < 5; i++) a.send(peer, src.addr, 4, src.reg.desc, i, 10 + i);
+    for (let i = 0; i < 5; i++) a.send(peer, ...split(src.addr), 4, src.reg.desc, i, 10 + i);
     f.run();
     expect(seen).toEqual([0, 1, 2, 3, 4].map((i) => BOUNCE_TOKEN + i)); // receives are consumed in posting order
   });
@@ -47,10 +48,10 @@ describe('fake fabric', () => {
     const other = h.rails[1].regMr(dst.addr, 4096, 'host');
     const errs: string[] = [];
     a.onCompletions = (_r, batch) => batch.forEach((c) => errs.push(`${c.status} ${c.error}`));
-    a.write(peer, src.addr, 8, src.reg.desc, dst.addr, 0x1234, 0, -1, 1);
-    a.write(peer, src.addr, 8, src.reg.desc, dst.addr, other.keyLo, other.keyHi, -1, 2);
-    a.write(peer, src.addr, 8, src.reg.desc, dst.addr + 4090, dst.reg.keyLo, dst.reg.keyHi, -1, 3);
-    a.read(peer, src.addr, 8, src.reg.desc, dst.addr, dst.reg.keyLo, dst.reg.keyHi, 4);
+    a.write(peer, ...split(src.addr), 8, src.reg.desc, ...split(dst.addr), 0x1234, 0, -1, 1);
+    a.write(peer, ...split(src.addr), 8, src.reg.desc, ...split(dst.addr), other.keyLo, other.keyHi, -1, 2);
+    a.write(peer, ...split(src.addr), 8, src.reg.desc, ...split(dst.addr + 4090), dst.reg.keyLo, dst.reg.keyHi, -1, 3);
+    a.read(peer, ...split(src.addr), 8, src.reg.desc, ...split(dst.addr), dst.reg.keyLo, dst.reg.keyHi, 4);
     f.run();
     expect(errs.filter((e) => e.startsWith('-13 Remote access error'))).toHaveLength(3);
     expect(errs).toContain('0 undefined');
@@ -61,7 +62,7 @@ describe('fake fabric', () => {
     const got: { token: number; flags: number; imm: number; len: number }[] = [];
     b.onCompletions = (_r, batch) => batch.forEach((c) => got.push(c));
     a.onCompletions = () => {};
-    a.write(peer, src.addr, 4, src.reg.desc, dst.addr, dst.reg.keyLo, dst.reg.keyHi, 9, 1);
+    a.write(peer, ...split(src.addr), 4, src.reg.desc, ...split(dst.addr), dst.reg.keyLo, dst.reg.keyHi, 9, 1);
     expect(f.step()).toBe(false);
     b.postRecv(dst, 0, 64, 0x8000_0001);
     f.run();
@@ -70,8 +71,8 @@ describe('fake fabric', () => {
 
   it('offset-mode registrations take offsets as remote addresses', () => {
     const { f, a, peer, src, dst } = two({ virtAddr: false });
-    expect(dst.reg.remote(dst.addr + 10)).toBe(10);
-    a.write(peer, src.addr, 4, src.reg.desc, dst.reg.remote(dst.addr + 10), dst.reg.keyLo, dst.reg.keyHi, -1, 1);
+    expect(dst.addr + 10 + dst.reg.remoteDelta).toBe(10);
+    a.write(peer, ...split(src.addr), 4, src.reg.desc, ...split(dst.addr + 10 + dst.reg.remoteDelta), dst.reg.keyLo, dst.reg.keyHi, -1, 1);
     f.run();
     expect(dst.bytes.subarray(10, 14)).toEqual(new Uint8Array([1, 2, 3, 4]));
   });
@@ -81,9 +82,9 @@ describe('fake fabric', () => {
     const bp = b.insertPeer(a.name);
     const errs: number[] = [];
     a.onCompletions = (_r, batch) => batch.forEach((c) => errs.push(c.status));
-    b.send(bp, 0, 0, 0, -1, 1);
+    b.send(bp, 0, 0, 0, 0, -1, 1);
     f.kill(b.host);
-    a.send(peer, src.addr, 4, src.reg.desc, -1, 2);
+    a.send(peer, ...split(src.addr), 4, src.reg.desc, -1, 2);
     f.run();
     expect(errs).toEqual([-104]);
     expect(f.ops).toEqual([]);
@@ -99,10 +100,10 @@ describe('fake fabric', () => {
     src.bytes.fill(7);
     const gpu = f.region(b.host, 64, 'cuda');
     const line = b.alloc(64);
-    a.write(peer, src.addr, 64, src.reg.desc, gpu.base, gpu.regs[0].keyLo, gpu.regs[0].keyHi, 1, 1);
+    a.write(peer, ...split(src.addr), 64, src.reg.desc, ...split(gpu.base), gpu.regs[0].keyLo, gpu.regs[0].keyHi, 1, 1);
     f.run();
     expect(f.bytesOf(gpu).every((x) => x === 0)).toBe(true);
-    b.read(self, line.addr, 4, line.reg.desc, gpu.base, gpu.regs[0].keyLo, gpu.regs[0].keyHi, 2);
+    b.read(self, ...split(line.addr), 4, line.reg.desc, ...split(gpu.base), gpu.regs[0].keyLo, gpu.regs[0].keyHi, 2);
     f.run();
     expect(f.bytesOf(gpu).every((x) => x === 7)).toBe(true);
     expect(line.bytes.subarray(0, 4)).toEqual(new Uint8Array([7, 7, 7, 7]));
@@ -114,7 +115,7 @@ describe('fake fabric', () => {
     b.onCompletions = (_r, batch) => batch.forEach((c) => got.push(c.status));
     a.onCompletions = () => {};
     b.postRecv(dst, 0, 2, BOUNCE_TOKEN);
-    a.send(peer, src.addr, 4, src.reg.desc, -1, 1);
+    a.send(peer, ...split(src.addr), 4, src.reg.desc, -1, 1);
     f.run();
     expect(got).toEqual([-265]);
   });

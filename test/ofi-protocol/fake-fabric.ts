@@ -17,6 +17,7 @@
 // allocations. Keys are checked: a wrong key, a key of another NIC or an access outside the
 // registration gives an error completion (-EACCES). Faults: a killed host's operations vanish
 // and operations that target it fail with -ECONNRESET; failNext() fails a chosen operation.
+import { ADDR_SPLIT } from '../../plugin/addr';
 import { systemError } from '../../plugin/errors';
 import {
   type Completion,
@@ -246,7 +247,7 @@ export class FakeRail implements Rail {
       key,
       keyLo: Number(key & 0xffff_ffffn),
       keyHi: Number(key >> 32n),
-      remote: virt ? (a: number) => a : (a: number) => a - addr,
+      remoteDelta: virt ? 0 : -addr,
     };
     this.regs.set(id, reg);
     this.byKey.set(key, reg);
@@ -274,21 +275,28 @@ export class FakeRail implements Rail {
     this.posted.push({ buf, offset, len, token });
   }
 
-  send(peer: number, addr: number, len: number, desc: number, imm: number, token: number): void {
+  send(peer: number, hi: number, lo: number, len: number, desc: number, imm: number, token: number): void {
+    const addr = hi * ADDR_SPLIT + lo;
     this.post({ type: 'send', src: this, peer, iov: [[addr, len, desc]], raddr: 0, keyLo: 0, keyHi: 0, imm, token });
   }
 
-  send2(peer: number, a0: number, l0: number, d0: number, a1: number, l1: number, d1: number, imm: number, token: number): void {
+  send2(peer: number, hi0: number, lo0: number, l0: number, d0: number, hi1: number, lo1: number, l1: number, d1: number, imm: number, token: number): void {
+    const a0 = hi0 * ADDR_SPLIT + lo0;
+    const a1 = hi1 * ADDR_SPLIT + lo1;
     if (this.fabric.opts.mixedIov === false && l0 > 0 && l1 > 0 && this.regs.get(d0)?.kind !== this.regs.get(d1)?.kind)
       throw new Error('fake: fi_sendmsg gathers host and GPU memory, which this libfabric cannot (SIGSEGV in the provider)');
     this.post({ type: 'send', src: this, peer, iov: [[a0, l0, d0], [a1, l1, d1]], raddr: 0, keyLo: 0, keyHi: 0, imm, token });
   }
 
-  write(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, imm: number, token: number, immHi = 0): void {
+  write(peer: number, hi: number, lo: number, len: number, desc: number, rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, token: number, immHi = 0): void {
+    const addr = hi * ADDR_SPLIT + lo;
+    const raddr = rhi * ADDR_SPLIT + rlo;
     this.post({ type: 'write', src: this, peer, iov: [[addr, len, desc]], raddr, keyLo, keyHi, imm, immHi, token });
   }
 
-  read(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, token: number): void {
+  read(peer: number, hi: number, lo: number, len: number, desc: number, rhi: number, rlo: number, keyLo: number, keyHi: number, token: number): void {
+    const addr = hi * ADDR_SPLIT + lo;
+    const raddr = rhi * ADDR_SPLIT + rlo;
     this.post({ type: 'read', src: this, peer, iov: [[addr, len, desc]], raddr, keyLo, keyHi, imm: -1, token });
   }
 

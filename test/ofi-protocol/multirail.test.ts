@@ -2,6 +2,7 @@
 // stripe per rail, each written with that rail's key), small ones whole and round-robin,
 // control messages on rail 0 or round-robin, OFI_NCCL_FORCE_NUM_RAILS subsetting or repeating
 // NICs, and two ends with different NIC counts.
+import { split } from '../../plugin/addr';
 import { describe, expect, it } from 'vitest';
 import { immSegs } from '../../plugin/transports/ofi/wire';
 import type { FakeHost } from './fake-fabric';
@@ -141,7 +142,7 @@ describe('multi-rail', () => {
     const r0 = w.a.host.rails[0];
     const peer = r0.insertPeer(w.b.host.rails[0].name);
     const other = dst.regs[1];
-    r0.write(peer, src.base, 64, src.regs[0].desc, dst.base, other.keyLo, other.keyHi, -1, 12345);
+    r0.write(peer, ...split(src.base), 64, src.regs[0].desc, ...split(dst.base), other.keyLo, other.keyHi, -1, 12345);
     w.fabric.step();
     expect(r0.cq[0]).toMatchObject({ token: 12345, status: -13 });
     expect(r0.cq[0].error).toMatch(/Remote access error/);

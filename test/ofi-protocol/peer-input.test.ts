@@ -3,6 +3,7 @@
 // completion handler (the engine's port only logged those: state half updated, the batch's
 // bounce buffers never reposted), a comm or bounce buffer leaked per message, or a provider
 // reading a peer address past its end.
+import { split } from '../../plugin/addr';
 import { describe, expect, it } from 'vitest';
 import { LogLevel } from '../../plugin/abi';
 import { CqFlag } from '../../plugin/transports/ofi/fabric';
@@ -29,7 +30,7 @@ function strangerConnect(w: World, name: Uint8Array, times: number): void {
       { listenerNonce: h.nonce, connectorNonce: 77, comm: 9, rails: 1, eagerMax: 8192, flags: 0, pid: 5, start: 0, boot: new Uint8Array(16), mailboxAddr: 0, mailboxKeys: [{ lo: 0, hi: 0 }], names: [name] },
       mem.bytes,
     );
-    crail.send(peer, mem.addr, len, mem.reg.desc, immMsg(MsgKind.CONNECT, h.listener), 4000 + k);
+    crail.send(peer, ...split(mem.addr), len, mem.reg.desc, immMsg(MsgKind.CONNECT, h.listener), 4000 + k);
     w.fabric.run(() => false, 10_000);
   }
 }

@@ -2,6 +2,7 @@
 // operation (one heap, typed-array queues, reused completion objects) so that what is measured
 // is the TypeScript protocol: isend/irecv, matching, eager placement, completion handling, for
 // both ends on one thread. Prints the rates; fails only far below what a protocol thread needs.
+import { ADDR_SPLIT } from '../../plugin/addr';
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
 import { allocatedBy, pluginSites } from '../support/allocation';
@@ -111,7 +112,7 @@ class LoopRail implements Rail {
   }
   regMr(_addr: number, _len: number): Registration {
     const k = this.nextKey++;
-    return { desc: k, key: BigInt(k), keyLo: k, keyHi: 0, remote: (a: number) => a };
+    return { desc: k, key: BigInt(k), keyLo: k, keyHi: 0, remoteDelta: 0 };
   }
   deregMr(): void {}
   alloc(bytes: number): HostBuffer {
@@ -128,17 +129,17 @@ class LoopRail implements Rail {
     if (this.rxHead === this.rxTail) throw new Error('no receive posted');
     return this.rxHead++ % Q;
   }
-  send(peer: number, addr: number, len: number, _d: number, imm: number, token: number): void {
-    this.net.push(1, this.id, this.peers[peer], addr, len, 0, 0, 0, imm, token);
+  send(peer: number, hi: number, lo: number, len: number, _d: number, imm: number, token: number): void {
+    this.net.push(1, this.id, this.peers[peer], hi * ADDR_SPLIT + lo, len, 0, 0, 0, imm, token);
   }
-  send2(peer: number, a0: number, l0: number, _d0: number, a1: number, l1: number, _d1: number, imm: number, token: number): void {
-    this.net.push(1, this.id, this.peers[peer], a0, l0, a1, l1, 0, imm, token);
+  send2(peer: number, hi0: number, lo0: number, l0: number, _d0: number, hi1: number, lo1: number, l1: number, _d1: number, imm: number, token: number): void {
+    this.net.push(1, this.id, this.peers[peer], hi0 * ADDR_SPLIT + lo0, l0, hi1 * ADDR_SPLIT + lo1, l1, 0, imm, token);
   }
-  write(peer: number, addr: number, len: number, _d: number, raddr: number, _kl: number, _kh: number, imm: number, token: number): void {
-    this.net.push(2, this.id, this.peers[peer], addr, len, 0, 0, raddr, imm, token);
+  write(peer: number, hi: number, lo: number, len: number, _d: number, rhi: number, rlo: number, _kl: number, _kh: number, imm: number, token: number): void {
+    this.net.push(2, this.id, this.peers[peer], hi * ADDR_SPLIT + lo, len, 0, 0, rhi * ADDR_SPLIT + rlo, imm, token);
   }
-  read(peer: number, addr: number, len: number, _d: number, raddr: number, _kl: number, _kh: number, token: number): void {
-    this.net.push(3, this.id, this.peers[peer], addr, len, 0, 0, raddr, -1, token);
+  read(peer: number, hi: number, lo: number, len: number, _d: number, rhi: number, rlo: number, _kl: number, _kh: number, token: number): void {
+    this.net.push(3, this.id, this.peers[peer], hi * ADDR_SPLIT + lo, len, 0, 0, rhi * ADDR_SPLIT + rlo, -1, token);
   }
   complete(token: number, flags: number, len: number, imm: number): void {
     const c = this.cq[this.cqN++];

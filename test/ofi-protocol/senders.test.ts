@@ -6,6 +6,7 @@
 // stranger's input then reaches the comm, as with a provider that cannot say), so that every
 // test shows the check is what stops it. The last test bounds the connections a listener holds
 // for accept.
+import { split } from '../../plugin/addr';
 import { describe, expect, it } from 'vitest';
 import { LogLevel } from '../../plugin/abi';
 import { MAX_UNACCEPTED } from '../../plugin/transports/ofi/connect';
@@ -59,7 +60,7 @@ function shortEager(opts: ConstructorParameters<typeof World>[0], known: boolean
   const { send, recv } = w.connect();
   const r = recv as unknown as OfiRecvComm;
   const c = stranger(w, known);
-  c.rail.send(c.toB, c.mem.addr, 2, c.mem.reg.desc, immMsg(MsgKind.EAGER, r.id), 1);
+  c.rail.send(c.toB, ...split(c.mem.addr), 2, c.mem.reg.desc, immMsg(MsgKind.EAGER, r.id), 1);
   w.settle();
   return { w, send: send as unknown as OfiSendComm, r };
 }
@@ -119,7 +120,7 @@ describe('senders (FI_SOURCE)', () => {
       const c = stranger(w, true);
       c.mem.bytes.fill(0xee, 0, 256);
       const reg = dst.regs[0];
-      c.rail.write(c.toB, c.mem.addr, 256, c.mem.reg.desc, reg.remote(dst.base), reg.keyLo, reg.keyHi, immWrite(r.id, 0, 0, 1), 2, 256);
+      c.rail.write(c.toB, ...split(c.mem.addr), 256, c.mem.reg.desc, ...split(dst.base + reg.remoteDelta), reg.keyLo, reg.keyHi, immWrite(r.id, 0, 0, 1), 2, 256);
       w.settle();
       if (!sourceWrites) {
         expect(w.b.take(1)).toEqual({ code: 0, sizes: [256] }); // the stranger's bytes, as a receive of the peer's
@@ -147,7 +148,7 @@ describe('senders (FI_SOURCE)', () => {
       const c = stranger(w, true);
       // The peer goes silent (its endpoint is never ticked again); only b's clock moves.
       for (let s = 0; s < 12; s++) {
-        c.rail.send(c.toB, c.mem.addr, 0, c.mem.reg.desc, immMsg(MsgKind.HEARTBEAT, r.id), 10 + s);
+        c.rail.send(c.toB, ...split(c.mem.addr), 0, c.mem.reg.desc, immMsg(MsgKind.HEARTBEAT, r.id), 10 + s);
         w.settle();
         w.now += 1000;
         w.b.ep.tick(w.now);
@@ -172,7 +173,7 @@ describe('senders (FI_SOURCE)', () => {
       const toA = rail.insertPeer(w.a.host.rails[0].name);
       const mem = rail.alloc(512);
       const len = encodeAccept({ connectorNonce: 12345, comm: 7, rails: 1, eagerCapacity: 8192, pid: 5, start: 0, boot: new Uint8Array(16), names: [rail.name] }, mem.bytes);
-      rail.send(toA, mem.addr, len, mem.reg.desc, immMsg(MsgKind.ACCEPT, id), 1);
+      rail.send(toA, ...split(mem.addr), len, mem.reg.desc, immMsg(MsgKind.ACCEPT, id), 1);
       let taken = false;
       const before = w.a.ep.stats.foreign;
       w.fabric.hold = (_type, _len, imm) => msgKind(imm) === MsgKind.CONNECT && !taken;
@@ -257,7 +258,7 @@ describe('senders (FI_SOURCE)', () => {
         { listenerNonce: h.nonce, connectorNonce: 1000 + k, comm: 9, rails: 1, eagerMax: 8192, flags: 0, pid: 5, start: 0, boot: new Uint8Array(16), mailboxAddr: 0, mailboxKeys: [{ lo: 0, hi: 0 }], names: [c.rail.name] },
         c.mem.bytes.subarray(at),
       );
-      c.rail.send(c.toB, c.mem.addr + at, len, c.mem.reg.desc, immMsg(MsgKind.CONNECT, h.listener), 100 + k);
+      c.rail.send(c.toB, ...split(c.mem.addr + at), len, c.mem.reg.desc, immMsg(MsgKind.CONNECT, h.listener), 100 + k);
       w.fabric.run(() => false, 100_000);
     }
     let comms = 0;

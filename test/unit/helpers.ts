@@ -1,6 +1,7 @@
 // Shared helpers of the unit suites: settling the event loop, capturing the plugin's log, byte
 // patterns, registered memory with guard bytes, and a Sender/Receiver pair over an in-memory
 // link (plugin/transports/memory-link.ts) whose calls are recorded.
+import { ADDR_SPLIT } from '../../plugin/addr';
 import { setClock } from '../../plugin/clock';
 import { RING } from '../../plugin/engine/records';
 import { type Region, Regions } from '../../plugin/memory';
@@ -171,20 +172,20 @@ export class SpyLink implements StreamLink {
   attach(events: LinkEvents): void {
     this.inner.attach(events);
   }
-  frame(type: number, flags: number, tag: number, seq: number, size: number, addr: number, len: number, op: number): void {
-    this.frames.push({ type, flags, tag, seq, size, addr, len });
+  frame(type: number, flags: number, tag: number, seq: number, size: number, hi: number, lo: number, len: number, op: number): void {
+    this.frames.push({ type, flags, tag, seq, size, addr: hi * ADDR_SPLIT + lo, len });
     this.ops.push(op);
-    this.inner.frame(type, flags, tag, seq, size, addr, len, op);
+    this.inner.frame(type, flags, tag, seq, size, hi, lo, len, op);
   }
-  write(lane: number, addr: number, len: number, op: number): void {
-    this.writes.push({ lane, addr, len });
+  write(lane: number, hi: number, lo: number, len: number, op: number): void {
+    this.writes.push({ lane, addr: hi * ADDR_SPLIT + lo, len });
     this.ops.push(op);
-    this.inner.write(lane, addr, len, op);
+    this.inner.write(lane, hi, lo, len, op);
   }
-  read(lane: number, addr: number, len: number, op: number): void {
-    this.reads.push({ lane, addr, len });
+  read(lane: number, hi: number, lo: number, len: number, op: number): void {
+    this.reads.push({ lane, addr: hi * ADDR_SPLIT + lo, len });
     this.ops.push(op);
-    this.inner.read(lane, addr, len, op);
+    this.inner.read(lane, hi, lo, len, op);
   }
   cancel(base: number, len: number): { reads: number; writes: number } {
     this.cancels.push({ base, len });

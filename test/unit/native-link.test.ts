@@ -109,8 +109,8 @@ describe('NativeLink liveness clock', () => {
       engine.complete(FIRST_LINK, 7);
       port.poll(); // a turn
       expect(link.heard).toBe(t0 + at);
-      link.write(0, 0x1000, 10, 8);
-      link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, -1);
+      link.write(0, 0, 0x1000, 10, 8);
+      link.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, 0, -1);
       expect(link.wrote).toBe(t0 + at);
     }
   });
@@ -128,7 +128,7 @@ describe('NativeLink liveness clock', () => {
     const ops: number[] = [];
     link.attach({ onOp: (op) => ops.push(op), onRx: () => {} });
     clock.set(t0 + 11_500);
-    link.frame(FrameType.MSG, 0, 0, 0, 1, 0x1000, 1, 5); // a small message, written during the turn
+    link.frame(FrameType.MSG, 0, 0, 0, 1, 0, 0x1000, 1, 5); // a small message, written during the turn
     port.poll(); // its completion, from this thread
     expect(ops).toEqual([5]);
     expect(link.heard).toBe(t0 + 11_000); // its birth, not the port's last poll (t0)

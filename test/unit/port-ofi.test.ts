@@ -4,6 +4,7 @@
 // (over the limit, a record waiting in the ring, the turn's allowance per lane, the engine's
 // refusal). What the engine does with it (an inject, engine_ofi.cc) runs under the C driver
 // over real libfabric (test/driver/ofi.test.ts).
+import { split } from '../../plugin/addr';
 import { describe, expect, it } from 'vitest';
 import { ADDR_SPLIT, type CqeHandler, Port } from '../../plugin/engine/port';
 import { CQE, RING, SUB, SUB_F_IMM, SubKind } from '../../plugin/engine/records';
@@ -93,7 +94,7 @@ function setup(max = 8192) {
 
 // A send of len bytes from registration 7 to peer 3 with immediate data 0x55, after an 8-byte header.
 const send = (p: Port, link: number, lane: number, op: number, len: number) =>
-  p.submitOfiNow(0, lane, link, op, SubKind.OFI_SEND, 0x10000, len, 7, 3, 0x20000, 8, 9, 0x55);
+  p.submitOfiNow(0, lane, link, op, SubKind.OFI_SEND, ...split(0x10000), len, 7, 3, ...split(0x20000), 8, 9, 0x55);
 
 describe('Port.submitOfiNow', () => {
   it('a small send on an idle ring: the engine gets the whole record at once, nothing is published, the completion (io -1, payload bytes) comes from the next poll', () => {
@@ -110,7 +111,7 @@ describe('Port.submitOfiNow', () => {
 
   it('a write with immediate data goes too, its high half along; the limit counts a send\'s header', () => {
     const { e, port, link } = setup(108);
-    port.submitOfiNow(0, 2, link, 1, SubKind.OFI_WRITE, 0x3000, 108, 4, 1, 0x9000, 11, 12, 0x77, 0xabc);
+    port.submitOfiNow(0, 2, link, 1, SubKind.OFI_WRITE, ...split(0x3000), 108, 4, 1, ...split(0x9000), 11, 12, 0x77, 0xabc);
     expect(e.calls.map((c) => [c.kind, c.len, c.imm, c.immHi, c.keyLo, c.keyHi])).toEqual([[SubKind.OFI_WRITE, 108, 0x77, 0xabc, 11, 12]]);
     port.flush();
     send(port, link, 3, 2, 100); // 8 + 100 bytes: at the limit
@@ -165,7 +166,7 @@ describe('Port.submitOfiNow', () => {
 
   it('TSNET_DIRECT_SEND_MAX -1 (writeNowMax -1): never, not even 0 bytes', () => {
     const { e, port, link } = setup(-1);
-    port.submitOfiNow(0, 5, link, 1, SubKind.OFI_SEND, 0x10000, 0, 7, 3, 0, 0, 0, 0x55);
+    port.submitOfiNow(0, 5, link, 1, SubKind.OFI_SEND, ...split(0x10000), 0, 7, 3, 0, 0, 0, 0, 0x55);
     port.flush();
     expect(e.calls).toEqual([]);
     expect(e.published()).toBe(1);
@@ -185,7 +186,7 @@ describe('Port.submitOfiRecv', () => {
     for (const [k, a] of addrs.entries()) {
       const hi = Math.floor(a / ADDR_SPLIT);
       port.submitOfiRecv(0, 3, link, 100 + k, hi, a - hi * ADDR_SPLIT, 8256, 9);
-      port.submitOfi(0, 3, link, 100 + k, SubKind.OFI_RECV, a, 8256, 9, 0, 0, 0, 0, -1);
+      port.submitOfi(0, 3, link, 100 + k, SubKind.OFI_RECV, ...split(a), 8256, 9, 0, 0, 0, 0, 0, -1);
     }
     port.flush();
     expect(e.published()).toBe(2 * addrs.length);
@@ -197,7 +198,7 @@ describe('Port.submitOfiRecv', () => {
 
   it('with the ring full, queues behind what waits, in order, as submitOfi does', () => {
     const { e, port, link } = setup();
-    for (let i = 0; i < RECORDS; i++) port.submitOfi(0, 1, link, i, SubKind.OFI_RECV, 0x2000, 64, 1, 0, 0, 0, 0, -1);
+    for (let i = 0; i < RECORDS; i++) port.submitOfi(0, 1, link, i, SubKind.OFI_RECV, ...split(0x2000), 64, 1, 0, 0, 0, 0, 0, -1);
     port.submitOfiRecv(0, 1, link, 500, 3, 0x10, 64, 1); // no room: queued
     port.flush();
     expect(e.published()).toBe(RECORDS);

@@ -4,6 +4,7 @@
 // messages before their receive, unmatched messages, sends larger than their receive, every
 // policy, close, cancelRegion (deregMr), liveness, and hand-driven peers for the frames a
 // well-behaved peer never sends.
+import { split } from '../../plugin/addr';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LogLevel, ResultCode } from '../../plugin/abi';
 import { monoMs, setClock } from '../../plugin/clock';
@@ -860,8 +861,8 @@ describe('the sender closes after its sends completed', () => {
     const d = [r.mem.buf(4096), r.mem.buf(4096)];
     r.recv(0, { buf: d[0], tag: 0 });
     r.recv(1, { buf: d[1], tag: 1 });
-    r.raw.frame(FrameType.MSG, 0, 0, 0, 4096, 0, 0, NO_OP); // one stripe, on lane 0
-    r.raw.frame(FrameType.MSG, 0, 1, 1, 4096, 0, 0, NO_OP); // one stripe, on lane 1
+    r.raw.frame(FrameType.MSG, 0, 0, 0, 4096, 0, 0, 0, NO_OP); // one stripe, on lane 0
+    r.raw.frame(FrameType.MSG, 0, 1, 1, 4096, 0, 0, 0, NO_OP); // one stripe, on lane 1
     await r.settle();
     expect(r.link.reads).toEqual([{ lane: 0, addr: addr(d[0]), len: 4096 }, { lane: 1, addr: addr(d[1]), len: 4096 }]);
     // The transport reports lane 0's read ended by the socket's end (the engine's EOF status).
@@ -870,7 +871,7 @@ describe('the sender closes after its sends completed', () => {
     expect(r.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [4096] }]);
     expect(warnings()).toEqual(["test-recv: the sender's data stream ended before message 0 (tag 0, 4096 bytes) fully arrived"]);
     const src = r.mem.buf(4096, 9);
-    r.raw.write(1, addr(src), 4096, NO_OP);
+    r.raw.write(1, ...split(addr(src)), 4096, NO_OP);
     await r.settle();
     expect(r.received.at(-1)).toEqual(ok(1, 4096));
     expectLanded(d[1], src.view);
@@ -896,7 +897,7 @@ describe('the sender closes after its sends completed', () => {
 describe('a request posted on a comm that failed with nothing pending', () => {
   it('fails with the comm\'s error and a WARN naming it, once per comm', async () => {
     const r = rawReceiver();
-    r.raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP);
+    r.raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, 0, NO_OP);
     await r.settle();
     expect(warnings()).toEqual([]); // nothing was pending
     r.sender.isend(0, null, 0, 0, 0);
@@ -1218,8 +1219,8 @@ describe('the receiver against a hand-driven sender', () => {
     r.recv(0, { buf: r.mem.buf(10), tag: 0 });
     r.recv(1, { buf: r.mem.buf(10), tag: 0 });
     const src = r.mem.buf(12, 1);
-    r.raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, 4, addr(src), 4, NO_OP);
-    r.raw.frame(FrameType.MSG, FLAG_EAGER, 0, 1, 12, addr(src), 12, NO_OP);
+    r.raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, 4, ...split(addr(src)), 4, NO_OP);
+    r.raw.frame(FrameType.MSG, FLAG_EAGER, 0, 1, 12, ...split(addr(src)), 12, NO_OP);
     await r.settle();
     expect(r.frames).toEqual([{ type: FrameType.NACK, flags: 0, tag: 0, seq: 1, size: 10 }]);
     expect(r.received).toEqual([ok(0, 4), { slot: 1, code: ResultCode.INVALID_USAGE, sizes: [12] }]);
@@ -1228,24 +1229,24 @@ describe('the receiver against a hand-driven sender', () => {
   it('ignores heartbeats', async () => {
     const r = rawSender();
     r.recv(0, { buf: null, tag: 0 });
-    for (let i = 0; i < 3; i++) r.raw.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, NO_OP);
-    r.raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, 0, 0, 0, NO_OP);
+    for (let i = 0; i < 3; i++) r.raw.frame(FrameType.HEARTBEAT, 0, 0, -1, 0, 0, 0, 0, NO_OP);
+    r.raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, 0, 0, 0, 0, NO_OP);
     await r.settle();
     expect(r.received).toEqual([ok(0, 0)]);
     expect(log).toEqual([]);
   });
 
   it.each<[string, (raw: StreamLink) => void, string]>([
-    ['type 2 (the ACK of protocol version 1)', (raw) => raw.frame(2, 0, 0, 0, 0, 0, 0, NO_OP), 'test-recv: protocol error from the sender: unknown frame type 2'],
-    ['type 9', (raw) => raw.frame(9, 0, 0, 0, 0, 0, 0, NO_OP), 'test-recv: protocol error from the sender: unknown frame type 9'],
-    ['a bad size', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, -5, 0, 0, NO_OP), 'test-recv: protocol error from the sender: bad size -5'],
-    ['a message out of sequence', (raw) => raw.frame(FrameType.MSG, 0, 0, 5, 0, 0, 0, NO_OP), 'test-recv: protocol error: message 5 arrived, expected 0'],
-    ['a NACK', (raw) => raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, NO_OP), 'test-recv: protocol error: unexpected frame type 3 from the sender'],
-    ['an inline payload larger than the receive ring', (raw) => raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, MiB, 0, 0, NO_OP),
+    ['type 2 (the ACK of protocol version 1)', (raw) => raw.frame(2, 0, 0, 0, 0, 0, 0, 0, NO_OP), 'test-recv: protocol error from the sender: unknown frame type 2'],
+    ['type 9', (raw) => raw.frame(9, 0, 0, 0, 0, 0, 0, 0, NO_OP), 'test-recv: protocol error from the sender: unknown frame type 9'],
+    ['a bad size', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, -5, 0, 0, 0, NO_OP), 'test-recv: protocol error from the sender: bad size -5'],
+    ['a message out of sequence', (raw) => raw.frame(FrameType.MSG, 0, 0, 5, 0, 0, 0, 0, NO_OP), 'test-recv: protocol error: message 5 arrived, expected 0'],
+    ['a NACK', (raw) => raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, 0, NO_OP), 'test-recv: protocol error: unexpected frame type 3 from the sender'],
+    ['an inline payload larger than the receive ring', (raw) => raw.frame(FrameType.MSG, FLAG_EAGER, 0, 0, MiB, 0, 0, 0, NO_OP),
       'test-recv: protocol error: a 1048576-byte inline payload is larger than the receive ring (262144 bytes)'],
     ['a reset', (raw) => raw.close(false), 'test-recv: the peer reset the connection (ECONNRESET)'],
     // Its stripes would be listed in one loop (2^28 of them with the fixed policy's 4 KiB), until the heap ran out.
-    ['a message larger than any send', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, 2 ** 40, 0, 0, NO_OP),
+    ['a message larger than any send', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, 2 ** 40, 0, 0, 0, NO_OP),
       'test-recv: protocol error: message 0 of 1099511627776 bytes, more than any send (2147483647)'],
   ])('%s fails every pending receive with REMOTE_ERROR', async (_what, act, why) => {
     const r = await twoPendingFail(act);
@@ -1257,7 +1258,7 @@ describe('the receiver against a hand-driven sender', () => {
   });
 
   it.each<[string, (raw: StreamLink) => void, string]>([
-    ['a CLOSE', (raw) => raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP), 'test-recv: the sender closed the connection'],
+    ['a CLOSE', (raw) => raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, 0, NO_OP), 'test-recv: the sender closed the connection'],
     ['an orderly end without CLOSE', (raw) => raw.close(true), 'test-recv: the peer closed the connection'],
   ])('%s with no message sent: the pending receives fail with REMOTE_ERROR (one WARN), the link closes gracefully', async (_what, act, why) => {
     const r = await twoPendingFail(act);
@@ -1278,7 +1279,7 @@ describe('the receiver against a hand-driven sender', () => {
     (r.receiver as unknown as { matcher: { arrive: () => void } }).matcher.arrive = () => {
       throw new RangeError('an assumption broke');
     };
-    r.raw.frame(FrameType.MSG, 0, 0, 0, 0, 0, 0, NO_OP);
+    r.raw.frame(FrameType.MSG, 0, 0, 0, 0, 0, 0, 0, NO_OP);
     await r.settle();
     expect(r.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
     expect(warnings()).toEqual(['test-recv: protocol error: handling frame type 1 (message 0) failed: an assumption broke; failing 1 pending receive(s)']);
@@ -1287,11 +1288,11 @@ describe('the receiver against a hand-driven sender', () => {
   it('65535 messages in flight that match nothing: the next one fails the comm (it used to throw out of the completion handler and be lost)', async () => {
     const r = rawSender();
     r.recv(0, { buf: r.mem.buf(10), tag: 0 });
-    for (let seq = 0; seq < 0xffff; seq++) r.raw.frame(FrameType.MSG, 0, 7 + (seq % 5), seq, 0, 0, 0, NO_OP);
+    for (let seq = 0; seq < 0xffff; seq++) r.raw.frame(FrameType.MSG, 0, 7 + (seq % 5), seq, 0, 0, 0, 0, NO_OP);
     await r.settle();
     expect(r.received).toEqual([]);
     expect(warnings()).toEqual([]);
-    r.raw.frame(FrameType.MSG, 0, 7, 0xffff, 0, 0, 0, NO_OP);
+    r.raw.frame(FrameType.MSG, 0, 7, 0xffff, 0, 0, 0, 0, NO_OP);
     await r.settle();
     expect(r.received).toEqual([{ slot: 0, code: ResultCode.REMOTE_ERROR, sizes: [0] }]);
     expect(warnings()).toEqual(['test-recv: protocol error: more than 65535 messages in flight on one link (message 65535); failing 1 pending receive(s)']);
@@ -1304,17 +1305,17 @@ describe('the receiver against a hand-driven sender', () => {
     const big = r.mem.buf(64 * KiB);
     r.recv(0, { buf: big, tag: 1 }, { buf: r.mem.buf(10), tag: 2 });
     const src = r.mem.buf(68 * KiB, 5);
-    r.raw.frame(FrameType.MSG, 0, 1, 0, 64 * KiB, 0, 0, NO_OP); // striped: its bytes come later
-    r.raw.frame(FrameType.MSG, FLAG_EAGER, 2, 1, 100, addr(src), 100, NO_OP); // does not fit: fails the group
+    r.raw.frame(FrameType.MSG, 0, 1, 0, 64 * KiB, 0, 0, 0, NO_OP); // striped: its bytes come later
+    r.raw.frame(FrameType.MSG, FLAG_EAGER, 2, 1, 100, ...split(addr(src)), 100, NO_OP); // does not fit: fails the group
     await r.settle();
     expect(r.frames).toEqual([{ type: FrameType.NACK, flags: 0, tag: 0, seq: 1, size: 10 }]);
     expect(r.received).toEqual([]); // not yet: 64 KiB are still being read into it
     expect(r.link.reads).toEqual([{ lane: 0, addr: addr(big), len: 64 * KiB }]);
-    r.raw.write(0, addr(src), 64 * KiB, NO_OP);
+    r.raw.write(0, ...split(addr(src)), 64 * KiB, NO_OP);
     await r.settle();
     expect(r.received).toEqual([{ slot: 0, code: ResultCode.INVALID_USAGE, sizes: [64 * KiB, 100] }]);
     const atCompletion = big.region.bytes.slice();
-    r.raw.write(0, addr(src) + 64 * KiB, 4 * KiB, NO_OP);
+    r.raw.write(0, ...split(addr(src) + 64 * KiB), 4 * KiB, NO_OP);
     await r.settle();
     expect(big.region.bytes).toEqual(atCompletion);
   });
@@ -1328,8 +1329,8 @@ describe('cancelRegion with reads in flight (a hand-driven sender: bytes that co
     const c = r.mem.buf(4096); // another receive's buffer in flight: keeps its bytes
     r.recv(0, { buf: a, tag: 0 }, { buf: b, tag: 1 });
     r.recv(1, { buf: c, tag: 2 });
-    r.raw.frame(FrameType.MSG, 0, 1, 0, 4096, 0, 0, NO_OP); // striped, for b: its read waits for the bytes
-    r.raw.frame(FrameType.MSG, 0, 2, 1, 4096, 0, 0, NO_OP); // striped, for c
+    r.raw.frame(FrameType.MSG, 0, 1, 0, 4096, 0, 0, 0, NO_OP); // striped, for b: its read waits for the bytes
+    r.raw.frame(FrameType.MSG, 0, 2, 1, 4096, 0, 0, 0, NO_OP); // striped, for c
     await r.settle();
     expect(r.link.reads).toEqual([{ lane: 0, addr: addr(b), len: 4096 }, { lane: 0, addr: addr(c), len: 4096 }]);
     expect(r.receiver.cancelRegion(a.region)).toBe(1);
@@ -1337,7 +1338,7 @@ describe('cancelRegion with reads in flight (a hand-driven sender: bytes that co
     expect(r.link.cancels).toEqual([{ base: a.region.base, len: a.region.size }, { base: addr(b), len: 4096 }]);
     // NCCL has receive 0 back: nothing may land in b any more. c is untouched by the cancel.
     const src = r.mem.buf(8192, 7);
-    r.raw.write(0, addr(src), 8192, NO_OP);
+    r.raw.write(0, ...split(addr(src)), 8192, NO_OP);
     await r.settle();
     expect(allBytes(b.region.bytes, GUARD_BYTE)).toBe(true);
     expect(allBytes(a.region.bytes, GUARD_BYTE)).toBe(true);
@@ -1354,11 +1355,11 @@ describe('the sender against a hand-driven receiver', () => {
     r.sender.isend(1, big.region, big.offset, 5000, 0); // striped: pending until read
     await r.settle();
     expect(r.sent).toEqual([ok(0, 50)]);
-    r.raw.frame(FrameType.NACK, 0, 0, 1, 10, 0, 0, NO_OP);
-    r.raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, NO_OP);
+    r.raw.frame(FrameType.NACK, 0, 0, 1, 10, 0, 0, 0, NO_OP);
+    r.raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, 0, NO_OP);
     await r.settle();
     expect(r.sent).toEqual([ok(0, 50)]);
-    r.raw.read(0, 0, 5000, NO_OP); // the receiver drops the stripe
+    r.raw.read(0, 0, 0, 5000, NO_OP); // the receiver drops the stripe
     await r.settle();
     expect(r.sent).toEqual([ok(0, 50), { slot: 1, code: ResultCode.INVALID_USAGE, sizes: [5000] }]);
     expect(warnings()).toEqual([
@@ -1383,7 +1384,7 @@ describe('the sender against a hand-driven receiver', () => {
       await r.settle();
     }
     expect(r.sender.sendsMade).toBe(1);
-    r.raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, NO_OP);
+    r.raw.frame(FrameType.NACK, 0, 0, 0, 10, 0, 0, 0, NO_OP);
     await r.settle();
     expect(warnings()).toEqual(['test-send: message 0 does not fit the 10-byte receive it matched; it had completed: the next send on this comm fails']);
     r.sender.isend(0, null, 0, 0, 0);
@@ -1402,11 +1403,11 @@ describe('the sender against a hand-driven receiver', () => {
   });
 
   it.each<[string, (raw: StreamLink) => void, string]>([
-    ['a MSG', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, 0, 0, 0, NO_OP), 'test-send: protocol error: unexpected frame type 1 from the receiver'],
-    ['type 2', (raw) => raw.frame(2, 0, 0, 0, 0, 0, 0, NO_OP), 'test-send: protocol error from the receiver: unknown frame type 2'],
-    ['a CLOSE', (raw) => raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, NO_OP), 'test-send: the receiver closed the connection'],
+    ['a MSG', (raw) => raw.frame(FrameType.MSG, 0, 0, 0, 0, 0, 0, 0, NO_OP), 'test-send: protocol error: unexpected frame type 1 from the receiver'],
+    ['type 2', (raw) => raw.frame(2, 0, 0, 0, 0, 0, 0, 0, NO_OP), 'test-send: protocol error from the receiver: unknown frame type 2'],
+    ['a CLOSE', (raw) => raw.frame(FrameType.CLOSE, 0, 0, -1, 0, 0, 0, 0, NO_OP), 'test-send: the receiver closed the connection'],
     ['a reset', (raw) => raw.close(false), 'test-send: the peer reset the connection (ECONNRESET)'],
-    ['a NACK for a message never sent', (raw) => raw.frame(FrameType.NACK, 0, 0, 99, 10, 0, 0, NO_OP), 'test-send: protocol error: a NACK for message 99, which was never sent (2 sent)'],
+    ['a NACK for a message never sent', (raw) => raw.frame(FrameType.NACK, 0, 0, 99, 10, 0, 0, 0, NO_OP), 'test-send: protocol error: a NACK for message 99, which was never sent (2 sent)'],
   ])('%s from the receiver fails every pending send with REMOTE_ERROR', async (_what, act, why) => {
     const r = rawReceiver({ eagerMax: 100 });
     const big = r.mem.buf(5000, 2);

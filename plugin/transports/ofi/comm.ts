@@ -1,6 +1,7 @@
 // What both ends of an ofi connection share: the id that immediate data and headers name, the
 // peer's comm id and addresses per rail, liveness (heartbeats, the dead-peer check) and the
 // first-failure-wins rule. A comm lives in its endpoint's table until it closes.
+import { hiOf, loOf } from '../../addr';
 import { type NetError, remoteError } from '../../errors';
 import { log } from '../../log';
 import { MAX_RAILS } from './config';
@@ -179,7 +180,7 @@ export abstract class OfiComm {
       const line = this.ep.line;
       const nic = this.nic[0];
       const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, nic, 0, 0, 0);
-      this.ep.rails[nic].send(this.peer[0], line.base + this.ep.zeroAt, 0, line.regs[nic].desc, immMsg(MsgKind.HEARTBEAT, this.peerComm), token);
+      this.ep.rails[nic].send(this.peer[0], hiOf(line.base + this.ep.zeroAt), loOf(line.base + this.ep.zeroAt), 0, line.regs[nic].desc, immMsg(MsgKind.HEARTBEAT, this.peerComm), token);
     }
     if (this.peerPid && this.pending > 0 && now - this.heardAt >= PROBE_MS && now - this.probedAt >= PROBE_MS) {
       this.probedAt = now;

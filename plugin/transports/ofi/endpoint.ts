@@ -5,6 +5,7 @@
 // writes, messages). A comm id is reused only after every other id was, and not within the
 // quarantine after its comm closed, so late writes for a closed comm find no one. Where the
 // provider names senders (FI_SOURCE), what names a comm is taken only from that comm's peer.
+import { hiOf, loOf } from '../../addr';
 import { internalError, remoteError, systemError } from '../../errors';
 import { log } from '../../log';
 import { BouncePool, bounceId, isBounceToken } from './bounce';
@@ -399,7 +400,7 @@ export class OfiEndpoint {
     this.refusing[slot] = 1;
     this.stats.refused++;
     const token = this.ops.alloc(OpKind.NOTICE, 0, 0, 0, slot, 0, 0);
-    this.rails[0].send(peer, this.line.base + at, len, this.line.regs[0].desc, immMsg(MsgKind.ACCEPT, c.comm), token);
+    this.rails[0].send(peer, hiOf(this.line.base + at), loOf(this.line.base + at), len, this.line.regs[0].desc, immMsg(MsgKind.ACCEPT, c.comm), token);
   }
 
   /**
@@ -412,7 +413,7 @@ export class OfiEndpoint {
   sendClose(nic: number, peer: number, imm: number): void {
     if (this.shut) return;
     const token = this.ops.alloc(OpKind.NOTICE, 0, 0, nic, -1, 0, 0);
-    this.rails[nic].send(peer, this.line.base + this.zeroAt, 0, this.line.regs[nic].desc, imm, token);
+    this.rails[nic].send(peer, hiOf(this.line.base + this.zeroAt), loOf(this.line.base + this.zeroAt), 0, this.line.regs[nic].desc, imm, token);
   }
 
   comm(id: number): OfiComm | undefined {

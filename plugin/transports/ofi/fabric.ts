@@ -26,8 +26,14 @@ export interface Registration {
   /** The key's low and high 32 bits: what the data path passes (no BigInt per operation). */
   readonly keyLo: number;
   readonly keyHi: number;
-  /** The remote address of a byte of the region (virtual address or offset, per mr_mode). */
-  remote(addr: number): number;
+  /**
+   * What turns the local address of a byte of the region into its remote address (virtual
+   * address or offset, per mr_mode): remote = addr + remoteDelta. A number, not a method: a
+   * closure per registration is a call V8 does not inline where registrations vary, and an
+   * address crossing it as a double is boxed (test/integration/tcp.test.ts, "garbage on the
+   * data path": 32 bytes per receive where buffers lay below 2^30 and tsnet's own above).
+   */
+  readonly remoteDelta: number;
   /**
    * regMr with ipc: whether the registration is for CUDA IPC. False (with ipcWhy) when legacy
    * CUDA IPC cannot export the memory (cuMem* allocations): then it is a plain registration.
@@ -70,17 +76,19 @@ export interface Rail {
   free(buf: HostBuffer): void;
   /** fi_recv into buf[offset, offset+len). */
   postRecv(buf: HostBuffer, offset: number, len: number, token: number): void;
+  // The operations take every address as hi, lo: addr = hi * ADDR_SPLIT + lo (plugin/addr.ts,
+  // hiOf and loOf), two small integers, never a number V8 boxes to pass it.
   /** fi_senddata (imm >= 0) or fi_send (imm -1) of [addr, addr+len). desc 0: none. */
-  send(peer: number, addr: number, len: number, desc: number, imm: number, token: number): void;
+  send(peer: number, hi: number, lo: number, len: number, desc: number, imm: number, token: number): void;
   /** fi_sendmsg with two iovecs (a header, then the payload) and FI_REMOTE_CQ_DATA when imm >= 0. */
-  send2(peer: number, addr0: number, len0: number, desc0: number, addr1: number, len1: number, desc1: number, imm: number, token: number): void;
+  send2(peer: number, hi0: number, lo0: number, len0: number, desc0: number, hi1: number, lo1: number, len1: number, desc1: number, imm: number, token: number): void;
   /**
    * fi_writedata (imm >= 0) or fi_write (imm -1) into the peer's [raddr, raddr+len). immHi: the
    * high 32 bits of the immediate data, where the provider carries 8 bytes of it (cqDataBytes).
    */
-  write(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, imm: number, token: number, immHi?: number): void;
+  write(peer: number, hi: number, lo: number, len: number, desc: number, rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, token: number, immHi?: number): void;
   /** fi_read of the peer's [raddr, raddr+len) into [addr, addr+len). */
-  read(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, token: number): void;
+  read(peer: number, hi: number, lo: number, len: number, desc: number, rhi: number, rlo: number, keyLo: number, keyHi: number, token: number): void;
   /** fi_info: tx_attr.inject_size, ep_attr.max_msg_size, domain_attr.cq_data_size. */
   readonly injectSize: number;
   readonly maxMsgSize: number;

@@ -10,6 +10,7 @@
 // next round: its copy may have been issued after the round's read. A round starts when the
 // GPU has none in flight, at the end of the completion batch that made receives ready (so a
 // batch's receives share one round), or at once when they became ready outside a batch.
+import { hiOf, loOf } from '../../addr';
 import { type Completion, type Rail, type Region, ownRegs } from './fabric';
 import { FLUSH_READ_AT } from './line';
 import { OpKind } from './ops';
@@ -118,7 +119,7 @@ export class Fences {
     for (let nic = 0; nic < nics; nic++) {
       const token = ep.ops.alloc(OpKind.FENCE, 0, 0, nic, device, 0, 0);
       const reg = regs[nic];
-      ep.rails[nic].read(ep.selfPeer[nic], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic, flushBytes(first.bytes), ep.line.regs[nic].desc, reg.remote(first.at), reg.keyLo, reg.keyHi, token);
+      ep.rails[nic].read(ep.selfPeer[nic], hiOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic), loOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic), flushBytes(first.bytes), ep.line.regs[nic].desc, hiOf(first.at + reg.remoteDelta), loOf(first.at + reg.remoteDelta), reg.keyLo, reg.keyHi, token);
     }
   }
 }

@@ -3,7 +3,8 @@
 // that I/O thread (TSN_SUB_OFI_*); their completions come back through the port, one at a time,
 // and are handed to the endpoint as batches of one (reused objects: nothing is allocated per
 // completion). Registrations are numbered natively; a registration's number is its desc.
-import { ADDR_SPLIT, type CqeHandler, type EngineBinding, type Port } from '../../engine/port';
+import { ADDR_SPLIT } from '../../addr';
+import { type CqeHandler, type EngineBinding, type Port } from '../../engine/port';
 import { OP_REMOTE, SubKind } from '../../engine/records';
 import { NetError } from '../../errors';
 import { monoMs } from '../../clock';
@@ -116,7 +117,7 @@ interface PendingDereg {
 }
 
 function registration(a: MrAnswer, base: number): Registration {
-  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remote: (addr) => a.remoteBase + (addr - base), ipc: a.ipc, ipcWhy: a.ipcWhy, device: a.device, dmabuf: a.dmabuf };
+  return { desc: a.mr, key: a.key, keyLo: a.keyLo, keyHi: a.keyHi, remoteDelta: a.remoteBase - base, ipc: a.ipc, ipcWhy: a.ipcWhy, device: a.device, dmabuf: a.dmabuf };
 }
 
 export class NativeRail implements Rail, CqeHandler {
@@ -251,24 +252,24 @@ export class NativeRail implements Rail, CqeHandler {
     this.port.submitOfiRecv(this.thread, this.lane, this.link, token, hi, a - hi * ADDR_SPLIT, len, buf.reg.desc);
   }
 
-  send(peer: number, addr: number, len: number, desc: number, imm: number, token: number): void {
-    this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr, len, desc, peer, 0, 0, 0, imm);
+  send(peer: number, hi: number, lo: number, len: number, desc: number, imm: number, token: number): void {
+    this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, hi, lo, len, desc, peer, 0, 0, 0, 0, imm);
   }
 
   // The first part travels in the fields a send does not use: raddr, keyLo (its length), keyHi (its desc).
-  send2(peer: number, addr0: number, len0: number, desc0: number, addr1: number, len1: number, desc1: number, imm: number, token: number): void {
-    this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, addr1, len1, desc1, peer, addr0, len0, desc0, imm);
+  send2(peer: number, hi0: number, lo0: number, len0: number, desc0: number, hi1: number, lo1: number, len1: number, desc1: number, imm: number, token: number): void {
+    this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_SEND, hi1, lo1, len1, desc1, peer, hi0, lo0, len0, desc0, imm);
   }
 
   // Sends, and writes with immediate data, this thread may post itself (Port.submitOfiNow: small
   // ones, as injects); a write without (a flush's) waits for its completion from the I/O thread.
-  write(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, imm: number, token: number, immHi = 0): void {
-    if (imm < 0) this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, addr, len, desc, peer, raddr, keyLo, keyHi, imm, immHi);
-    else this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, addr, len, desc, peer, raddr, keyLo, keyHi, imm, immHi);
+  write(peer: number, hi: number, lo: number, len: number, desc: number, rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, token: number, immHi = 0): void {
+    if (imm < 0) this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, hi, lo, len, desc, peer, rhi, rlo, keyLo, keyHi, imm, immHi);
+    else this.port.submitOfiNow(this.thread, this.lane, this.link, token, SubKind.OFI_WRITE, hi, lo, len, desc, peer, rhi, rlo, keyLo, keyHi, imm, immHi);
   }
 
-  read(peer: number, addr: number, len: number, desc: number, raddr: number, keyLo: number, keyHi: number, token: number): void {
-    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_READ, addr, len, desc, peer, raddr, keyLo, keyHi, -1);
+  read(peer: number, hi: number, lo: number, len: number, desc: number, rhi: number, rlo: number, keyLo: number, keyHi: number, token: number): void {
+    this.port.submitOfi(this.thread, this.lane, this.link, token, SubKind.OFI_READ, hi, lo, len, desc, peer, rhi, rlo, keyLo, keyHi, -1);
   }
 
   onOp(op: number, status: number, value: number, time: number, io: number, imm: number, flags: number, immHi: number, src: number): void {

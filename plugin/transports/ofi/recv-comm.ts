@@ -12,6 +12,7 @@
 // endpoint fences the receives of all its comms on a GPU together (fence.ts).
 // Completions are queued and reported when the outermost call returns, so a completion
 // callback may post the next request.
+import { hiOf, loOf } from '../../addr';
 import { ResultCode } from '../../abi';
 import { copyBytes } from '../../arrays';
 import { type NetError, internalError } from '../../errors';
@@ -182,7 +183,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     );
     const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, this.nic[0], SETUP_MESSAGE, 0, 0);
     this.wroteAt = this.ep.now;
-    this.ep.rails[this.nic[0]].send(this.peer[0], this.mem.base + ACCEPT_AT, len, this.mem.regs[this.nic[0]].desc, immMsg(MsgKind.ACCEPT, this.peerComm), token);
+    this.ep.rails[this.nic[0]].send(this.peer[0], hiOf(this.mem.base + ACCEPT_AT), loOf(this.mem.base + ACCEPT_AT), len, this.mem.regs[this.nic[0]].desc, immMsg(MsgKind.ACCEPT, this.peerComm), token);
   }
   /** A lost ACCEPT is not fatal: the connector sends CONNECT again and the listener answers again. */
   override onOpError(kind: OpKind, rail: number, c: Completion, a = 0): void {
@@ -242,7 +243,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       this.sBytes[sub] = 0;
       // The entry: where the buffer is (an empty one points at our own line), keys per rail.
       const mem = b.region ?? line;
-      const addr = mem.regs[0].remote(b.region ? b.region.base + b.offset : line.base + ep.zeroAt);
+      const addr = (b.region ? b.region.base + b.offset : line.base + ep.zeroAt) + mem.regs[0].remoteDelta;
       const e = w * SLOT_WORDS + i * ENTRY_WORDS;
       st[e] = addr >>> 0;
       st[e + 1] = (addr - (addr >>> 0)) / 2 ** 32;
@@ -263,10 +264,10 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     this.wroteAt = ep.now;
     ep.rails[nic].write(
       this.peer[l],
-      this.mem.base + w * SLOT_BYTES,
+      hiOf(this.mem.base + w * SLOT_BYTES), loOf(this.mem.base + w * SLOT_BYTES),
       n * 64,
       this.mem.regs[nic].desc,
-      this.mailboxAddr + w * SLOT_BYTES,
+      hiOf(this.mailboxAddr + w * SLOT_BYTES), loOf(this.mailboxAddr + w * SLOT_BYTES),
       this.mbKeyLo[l],
       this.mbKeyHi[l],
       immWrite(this.peerComm, r, n - 1, SEGS_CTRL),
@@ -403,7 +404,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const nic = pool.rail(id);
     const chunk = pool.chunk(id);
     const token = ep.ops.alloc(OpKind.EAGER_COPY, this.id, this.serial, nic, this.rSeq[w], sub - w * MAX_RECVS, id);
-    ep.rails[nic].read(ep.selfPeer[nic], region.base + this.sOffset[sub], len, ownRegs(region)[nic].desc, chunk.reg.remote(chunk.addr + from), chunk.reg.keyLo, chunk.reg.keyHi, token);
+    ep.rails[nic].read(ep.selfPeer[nic], hiOf(region.base + this.sOffset[sub]), loOf(region.base + this.sOffset[sub]), len, ownRegs(region)[nic].desc, hiOf(chunk.addr + from + chunk.reg.remoteDelta), loOf(chunk.addr + from + chunk.reg.remoteDelta), chunk.reg.keyLo, chunk.reg.keyHi, token);
   }
 
   private misfit(w: number, sub: number, len: number): void {
@@ -508,7 +509,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
         for (; i < q.length && r - q[i] <= ACK_SPAN; i++) mask |= 1 << (r - 1 - q[i]);
       const token = ep.ops.alloc(OpKind.ACK, this.id, this.serial, nic, r, 0, 0);
       this.wroteAt = ep.now;
-      ep.rails[nic].write(this.peer[l], ep.line.base + ep.zeroAt, 0, ep.line.regs[nic].desc, this.mailboxAddr, this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token, mask >>> 0);
+      ep.rails[nic].write(this.peer[l], hiOf(ep.line.base + ep.zeroAt), loOf(ep.line.base + ep.zeroAt), 0, ep.line.regs[nic].desc, hiOf(this.mailboxAddr), loOf(this.mailboxAddr), this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token, mask >>> 0);
     }
     q.length = 0;
   }
@@ -548,12 +549,12 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       if (action === FlushAction.READ) {
         const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, nic, f, 0, 0);
         const reg = ownRegs(region)[nic];
-        ep.rails[nic].read(ep.selfPeer[nic], line.base + FLUSH_READ_AT + FLUSH_LINE * nic, flushBytes(b!.size), line.regs[nic].desc, reg.remote(region.base + b!.offset), reg.keyLo, reg.keyHi, token);
+        ep.rails[nic].read(ep.selfPeer[nic], hiOf(line.base + FLUSH_READ_AT + FLUSH_LINE * nic), loOf(line.base + FLUSH_READ_AT + FLUSH_LINE * nic), flushBytes(b!.size), line.regs[nic].desc, hiOf(region.base + b!.offset + reg.remoteDelta), loOf(region.base + b!.offset + reg.remoteDelta), reg.keyLo, reg.keyHi, token);
       } else {
         const { target, at } = this.scratch(nic);
         const reg = ownRegs(target)[nic];
         const token = ep.ops.alloc(OpKind.FLUSH_WRITE, this.id, this.serial, nic, f, nic, 0);
-        ep.rails[nic].write(ep.selfPeer[nic], line.base + FLUSH_SRC_AT + FLUSH_LINE * nic, FLUSH_LINE, line.regs[nic].desc, reg.remote(at), reg.keyLo, reg.keyHi, -1, token);
+        ep.rails[nic].write(ep.selfPeer[nic], hiOf(line.base + FLUSH_SRC_AT + FLUSH_LINE * nic), loOf(line.base + FLUSH_SRC_AT + FLUSH_LINE * nic), FLUSH_LINE, line.regs[nic].desc, hiOf(at + reg.remoteDelta), loOf(at + reg.remoteDelta), reg.keyLo, reg.keyHi, -1, token);
       }
     }
   }
@@ -592,7 +593,7 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       const { target, at } = this.scratch(b);
       const reg = ownRegs(target)[b];
       const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, b, a, 0, 0);
-      ep.rails[b].read(ep.selfPeer[b], ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b, FLUSH_LINE, ep.line.regs[b].desc, reg.remote(at), reg.keyLo, reg.keyHi, token);
+      ep.rails[b].read(ep.selfPeer[b], hiOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b), loOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b), FLUSH_LINE, ep.line.regs[b].desc, hiOf(at + reg.remoteDelta), loOf(at + reg.remoteDelta), reg.keyLo, reg.keyHi, token);
     } else if (kind === OpKind.FLUSH_READ) {
       if (--this.fLeft[a] === 0) {
         this.flushes--;

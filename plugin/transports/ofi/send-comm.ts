@@ -12,6 +12,7 @@
 // only when the receiver acknowledges its receive as fenced: libfabric's shm reports such a
 // write complete before the target's device-to-device copy has read the source, and NCCL
 // reuses a send buffer as soon as its send completes (docs/rdma-protocol.md).
+import { hiOf, loOf } from '../../addr';
 import { ResultCode } from '../../abi';
 import { objectArray } from '../../arrays';
 import { type NetError, internalError, invalidUsage, systemError } from '../../errors';
@@ -160,7 +161,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
         pid: this.ep.pid,
         start: this.ep.start,
         boot: this.ep.boot,
-        mailboxAddr: this.mem.regs[0].remote(this.mem.base),
+        mailboxAddr: this.mem.base + this.mem.regs[0].remoteDelta,
         mailboxKeys: this.mem.regs.map((r) => ({ lo: r.keyLo, hi: r.keyHi })),
         names: this.ep.rails.map((r) => r.name),
       },
@@ -190,7 +191,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.connectLost = false;
     this.connectSentAt = this.ep.clock();
     const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, 0, SETUP_MESSAGE, 0, 0);
-    this.ep.rails[0].send(to.peer, this.mem.base + CONNECT_AT, to.len, this.mem.regs[0].desc, immMsg(MsgKind.CONNECT, to.listener), token);
+    this.ep.rails[0].send(to.peer, hiOf(this.mem.base + CONNECT_AT), loOf(this.mem.base + CONNECT_AT), to.len, this.mem.regs[0].desc, immMsg(MsgKind.CONNECT, to.listener), token);
   }
 
   override onOpError(kind: OpKind, rail: number, c: Completion, a = 0): void {
@@ -336,10 +337,10 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     const token = ep.ops.alloc(OpKind.EAGER, this.id, this.serial, nic, rec.index, 0, 0);
     ep.rails[nic].send2(
       this.peer[l],
-      this.mem.base + HEADERS_AT + at,
+      hiOf(this.mem.base + HEADERS_AT + at), loOf(this.mem.base + HEADERS_AT + at),
       EAGER_HEADER_BYTES,
       this.mem.regs[nic].desc,
-      addr,
+      hiOf(addr), loOf(addr),
       rec.size,
       regs[nic].desc,
       immMsg(MsgKind.EAGER, this.peerComm),
@@ -458,10 +459,10 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       const token = ep.ops.alloc(OpKind.WRITE, this.id, this.serial, nic, rec.index, 0, 0);
       ep.rails[nic].write(
         this.peer[l],
-        base + sch.offset[i],
+        hiOf(base + sch.offset[i]), loOf(base + sch.offset[i]),
         sch.len[i],
         regs[nic].desc,
-        raddr + sch.offset[i],
+        hiOf(raddr + sch.offset[i]), loOf(raddr + sch.offset[i]),
         this.mb32[e + ENTRY_KEYS + 2 * l],
         this.mb32[e + ENTRY_KEYS + 2 * l + 1],
         immWrite(this.peerComm, recv, index, segs),
