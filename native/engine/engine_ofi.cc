@@ -32,12 +32,13 @@ namespace {
 // collector can never free memory that a posted receive or a peer's key still reaches.
 struct HostMem {
   void* p;
+  size_t bytes;
   std::atomic<int> refs{2};
 };
 
 void hostRelease(HostMem* h) {
   if (h->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    free(h->p);
+    pagesFree(h->p, h->bytes);
     delete h;
   }
 }
@@ -702,28 +703,25 @@ Napi::Value OfiAlloc(const Napi::CallbackInfo& info) {
   if (!l) return env.Undefined();
   double bytes = num(info, 1);
   if (bytes <= 0 || bytes > (1u << 30)) return fail(env, "ofiAlloc: bytes must be 1 .. 2^30");
-  // From the C allocator, not mapped pages (pagesAlloc): in a process whose mappings lie below
-  // 2^30 (Node's own, under vitest) the protocol's addresses into this memory became small
-  // integers for V8 in some places and doubles in others, and the data path allocated 52 bytes
-  // per message instead of 3 (test/integration/tcp.test.ts, "garbage on the data path").
-  void* mem = nullptr;
+  // Mapped pages: zero-filled by the kernel, resident only once touched (a comm's staging and
+  // mailbox mostly are not), and unmapped when freed rather than kept by the C allocator.
   size_t n = (static_cast<size_t>(bytes) + 4095) / 4096 * 4096;
-  if (posix_memalign(&mem, 4096, n) != 0) return fail(env, "ofiAlloc: out of memory", TSN_SYSTEM_ERROR);
-  memset(mem, 0, n);
+  void* mem = pagesAlloc(n);
+  if (!mem) return fail(env, "ofiAlloc: out of memory", TSN_SYSTEM_ERROR);
   OfiError err;
   std::unique_ptr<OfiMr> mr = OfiMr::reg(l->ofi->domain(), mem, n, OfiMemType::kHost, l->ofi, &err);
   if (!mr) {
-    free(mem);
+    pagesFree(mem, n);
     return fail(env, err.text, err.result);
   }
   OfiMr* m = mr.release();
   uint32_t id = addMr(m);
   if (id == 0) {
     delete m;
-    free(mem);
+    pagesFree(mem, n);
     return fail(env, "ofiAlloc: too many registrations", TSN_SYSTEM_ERROR);
   }
-  HostMem* h = new HostMem{mem};
+  HostMem* h = new HostMem{mem, n};
   __atomic_store_n(&mrAt(id)->host, h, __ATOMIC_RELEASE);
   Napi::Object out = mrAnswer(env, id, m);
   out.Set("addr", static_cast<double>(reinterpret_cast<uintptr_t>(mem)));
