@@ -9,8 +9,6 @@ import { CQE, OP_RX, RING, SUB, SUB_F_IMM, SUB_F_NOCQE, SubKind } from './record
 import { monoMs } from '../clock';
 import { ADDR_SPLIT } from '../addr';
 
-export { ADDR_SPLIT };
-
 /** What a link of this thread is told by the engine. */
 export interface CqeHandler {
   /**

@@ -49,7 +49,7 @@ export interface StreamLink {
   attach(events: LinkEvents): void;
   /**
    * Queues a 24-byte frame on the control lane, followed by [addr, addr+len) (an eager payload).
-   * Addresses here go as addr = hi * ADDR_SPLIT + lo (plugin/engine/port.ts: hiOf, loOf).
+   * Addresses here go as addr = hi * ADDR_SPLIT + lo (plugin/addr.ts: hiOf, loOf).
    */
   frame(type: number, flags: number, tag: number, seq: number, size: number, hi: number, lo: number, len: number, op: number): void;
   /** Queues a write of [addr, addr+len) on data lane `lane`, after its earlier writes. */
