@@ -1,6 +1,8 @@
 // RDM endpoints: posting operations, reading completions (errors with the provider's words),
 // the wait fd, and a close that leaves nothing behind.
+#include <dirent.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <sched.h>
 #include <unordered_map>
+#include <vector>
 
 #include "ofi/ofi_internal.h"
 
@@ -366,6 +369,37 @@ std::string shmInUseNote() {
          " as its owner, this process, most likely left by a killed process with the same pid";
 }
 
+// shm maps the header of an existing file of the region name it chose, to read the owner's pid,
+// without looking at the file's size: an empty one faults the process (SIGBUS inside
+// fi_enable). A process killed between shm's shm_open and its ftruncate leaves one, and shm
+// names regions "<pid>:..." after their process, so only files named for this pid matter. One
+// empty now and still empty kEmptyRecheckUs later is such a leftover (shm sizes a region it
+// creates at once): open refuses to enable the endpoint and names it. tsnet removes no file
+// (/dev/shm may be another pid namespace's too; docs/ofi-facts.md). Returns its path, or "".
+constexpr useconds_t kEmptyRecheckUs = 20000;
+
+std::string emptyShmRegionOfThisPid() {
+  char prefix[24];
+  int plen = snprintf(prefix, sizeof prefix, "%d:", static_cast<int>(getpid()));
+  std::vector<std::string> empty;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      if (std::strncmp(e->d_name, prefix, static_cast<size_t>(plen)) != 0) continue;
+      std::string path = std::string("/dev/shm/") + e->d_name;
+      struct stat st;
+      if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) empty.push_back(path);
+    }
+    closedir(d);
+  }
+  if (empty.empty()) return "";
+  usleep(kEmptyRecheckUs);
+  for (const std::string& path : empty) {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) return path;
+  }
+  return "";
+}
+
 }  // namespace
 
 OfiEndpoint::OfiEndpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -389,6 +423,16 @@ std::unique_ptr<OfiEndpoint> OfiEndpoint::open(const std::shared_ptr<OfiDomain>&
     destroy(m.get());
     return nullptr;
   };
+  if (nic.provider == "shm") {
+    std::string left = emptyShmRegionOfThisPid();
+    if (!left.empty()) {
+      fail(-FI_EBUSY, "fi_enable");
+      err->text += "; not enabled: " + left + " is an empty file named for this process (pid " + std::to_string(getpid()) +
+                   "), a region a killed process with the same pid began and never sized. libfabric's shm reads such a "
+                   "file without looking at its size and would end this process with SIGBUS; remove the file";
+      return nullptr;
+    }
+  }
   fi_cq_attr cq{};
   for (;;) {
     const char* what = "fi_enable";

@@ -805,6 +805,29 @@ int scenarioDiscover() {
   return 0;
 }
 
+// An empty file named for this process in /dev/shm, what a process killed inside shm's region
+// creation leaves for a later process with its pid: shm would read its header without looking at
+// its size and end the process with SIGBUS (docs/ofi-facts.md). An shm endpoint is then not
+// enabled, and the error names the file; without the file the same open succeeds.
+bool testEmptyRegion(const Env& env) {
+  char path[64];
+  snprintf(path, sizeof path, "/dev/shm/%d:0:99", static_cast<int>(getpid()));
+  int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+  if (fd < 0) return fail("create %s: %s", path, strerror(errno));
+  close(fd);
+  OfiError err;
+  std::unique_ptr<OfiEndpoint> ep = OfiEndpoint::open(env.domain, OfiEndpointOptions{}, &err);
+  unlink(path);
+  if (ep) return fail("an shm endpoint was enabled beside the empty file %s", path);
+  if (err.text.find(path) == std::string::npos || err.text.find("SIGBUS") == std::string::npos)
+    return fail("the refusal does not name the empty file and why: %s", err.text.c_str());
+  fact("refused: %s", err.text.c_str());
+  OfiError again;
+  ep = OfiEndpoint::open(env.domain, OfiEndpointOptions{}, &again);
+  if (!ep) return fail("without the empty file the endpoint does not open: %s", again.text.c_str());
+  return true;
+}
+
 int scenarioInproc() {
   Env env;
   if (!setup(&env)) return 0;
@@ -832,6 +855,7 @@ int scenarioInproc() {
   if (testBadKey(env)) pass("RMA with a wrong key: reported as the provider does it");
   if (testTruncation(env)) pass("a receive smaller than its message: reported as the provider does it");
   if (testCloseInFlight(env)) pass("close with receives, writes and sends in flight: bounded, no stale completion");
+  if (env.nic.provider == "shm" && testEmptyRegion(env)) pass("an empty region file of this pid: the endpoint is refused with the file named, not a SIGBUS");
   return 0;
 }
 
