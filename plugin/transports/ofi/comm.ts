@@ -180,7 +180,8 @@ export abstract class OfiComm {
       const line = this.ep.line;
       const nic = this.nic[0];
       const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, nic, 0, 0, 0);
-      this.ep.rails[nic].send(this.peer[0], hiOf(line.base + this.ep.zeroAt), loOf(line.base + this.ep.zeroAt), 0, line.regs[nic].desc, immMsg(MsgKind.HEARTBEAT, this.peerComm), token);
+      const la = line.base + this.ep.zeroAt;
+      this.ep.rails[nic].send(this.peer[0], hiOf(la), loOf(la), 0, line.regs[nic].desc, immMsg(MsgKind.HEARTBEAT, this.peerComm), token);
     }
     if (this.peerPid && this.pending > 0 && now - this.heardAt >= PROBE_MS && now - this.probedAt >= PROBE_MS) {
       this.probedAt = now;

@@ -400,7 +400,8 @@ export class OfiEndpoint {
     this.refusing[slot] = 1;
     this.stats.refused++;
     const token = this.ops.alloc(OpKind.NOTICE, 0, 0, 0, slot, 0, 0);
-    this.rails[0].send(peer, hiOf(this.line.base + at), loOf(this.line.base + at), len, this.line.regs[0].desc, immMsg(MsgKind.ACCEPT, c.comm), token);
+    const la = this.line.base + at;
+    this.rails[0].send(peer, hiOf(la), loOf(la), len, this.line.regs[0].desc, immMsg(MsgKind.ACCEPT, c.comm), token);
   }
 
   /**
@@ -413,7 +414,8 @@ export class OfiEndpoint {
   sendClose(nic: number, peer: number, imm: number): void {
     if (this.shut) return;
     const token = this.ops.alloc(OpKind.NOTICE, 0, 0, nic, -1, 0, 0);
-    this.rails[nic].send(peer, hiOf(this.line.base + this.zeroAt), loOf(this.line.base + this.zeroAt), 0, this.line.regs[nic].desc, imm, token);
+    const la = this.line.base + this.zeroAt;
+    this.rails[nic].send(peer, hiOf(la), loOf(la), 0, this.line.regs[nic].desc, imm, token);
   }
 
   comm(id: number): OfiComm | undefined {

@@ -119,7 +119,9 @@ export class Fences {
     for (let nic = 0; nic < nics; nic++) {
       const token = ep.ops.alloc(OpKind.FENCE, 0, 0, nic, device, 0, 0);
       const reg = regs[nic];
-      ep.rails[nic].read(ep.selfPeer[nic], hiOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic), loOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic), flushBytes(first.bytes), ep.line.regs[nic].desc, hiOf(first.at + reg.remoteDelta), loOf(first.at + reg.remoteDelta), reg.keyLo, reg.keyHi, token);
+      const la = ep.line.base + FLUSH_READ_AT + FLUSH_LINE * nic;
+      const ra = first.at + reg.remoteDelta;
+      ep.rails[nic].read(ep.selfPeer[nic], hiOf(la), loOf(la), flushBytes(first.bytes), ep.line.regs[nic].desc, hiOf(ra), loOf(ra), reg.keyLo, reg.keyHi, token);
     }
   }
 }

@@ -183,7 +183,8 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     );
     const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, this.nic[0], SETUP_MESSAGE, 0, 0);
     this.wroteAt = this.ep.now;
-    this.ep.rails[this.nic[0]].send(this.peer[0], hiOf(this.mem.base + ACCEPT_AT), loOf(this.mem.base + ACCEPT_AT), len, this.mem.regs[this.nic[0]].desc, immMsg(MsgKind.ACCEPT, this.peerComm), token);
+    const la = this.mem.base + ACCEPT_AT;
+    this.ep.rails[this.nic[0]].send(this.peer[0], hiOf(la), loOf(la), len, this.mem.regs[this.nic[0]].desc, immMsg(MsgKind.ACCEPT, this.peerComm), token);
   }
   /** A lost ACCEPT is not fatal: the connector sends CONNECT again and the listener answers again. */
   override onOpError(kind: OpKind, rail: number, c: Completion, a = 0): void {
@@ -262,12 +263,14 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const nic = this.nic[l];
     const token = ep.ops.alloc(OpKind.CTRL, this.id, this.serial, nic, r, 0, 0);
     this.wroteAt = ep.now;
+    const la = this.mem.base + w * SLOT_BYTES;
+    const ra = this.mailboxAddr + w * SLOT_BYTES;
     ep.rails[nic].write(
       this.peer[l],
-      hiOf(this.mem.base + w * SLOT_BYTES), loOf(this.mem.base + w * SLOT_BYTES),
+      hiOf(la), loOf(la),
       n * 64,
       this.mem.regs[nic].desc,
-      hiOf(this.mailboxAddr + w * SLOT_BYTES), loOf(this.mailboxAddr + w * SLOT_BYTES),
+      hiOf(ra), loOf(ra),
       this.mbKeyLo[l],
       this.mbKeyHi[l],
       immWrite(this.peerComm, r, n - 1, SEGS_CTRL),
@@ -404,7 +407,9 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
     const nic = pool.rail(id);
     const chunk = pool.chunk(id);
     const token = ep.ops.alloc(OpKind.EAGER_COPY, this.id, this.serial, nic, this.rSeq[w], sub - w * MAX_RECVS, id);
-    ep.rails[nic].read(ep.selfPeer[nic], hiOf(region.base + this.sOffset[sub]), loOf(region.base + this.sOffset[sub]), len, ownRegs(region)[nic].desc, hiOf(chunk.addr + from + chunk.reg.remoteDelta), loOf(chunk.addr + from + chunk.reg.remoteDelta), chunk.reg.keyLo, chunk.reg.keyHi, token);
+    const la = region.base + this.sOffset[sub];
+    const ra = chunk.addr + from + chunk.reg.remoteDelta;
+    ep.rails[nic].read(ep.selfPeer[nic], hiOf(la), loOf(la), len, ownRegs(region)[nic].desc, hiOf(ra), loOf(ra), chunk.reg.keyLo, chunk.reg.keyHi, token);
   }
 
   private misfit(w: number, sub: number, len: number): void {
@@ -509,7 +514,8 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
         for (; i < q.length && r - q[i] <= ACK_SPAN; i++) mask |= 1 << (r - 1 - q[i]);
       const token = ep.ops.alloc(OpKind.ACK, this.id, this.serial, nic, r, 0, 0);
       this.wroteAt = ep.now;
-      ep.rails[nic].write(this.peer[l], hiOf(ep.line.base + ep.zeroAt), loOf(ep.line.base + ep.zeroAt), 0, ep.line.regs[nic].desc, hiOf(this.mailboxAddr), loOf(this.mailboxAddr), this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token, mask >>> 0);
+      const la = ep.line.base + ep.zeroAt;
+      ep.rails[nic].write(this.peer[l], hiOf(la), loOf(la), 0, ep.line.regs[nic].desc, hiOf(this.mailboxAddr), loOf(this.mailboxAddr), this.mbKeyLo[l], this.mbKeyHi[l], immWrite(this.peerComm, r, 0, SEGS_ACK), token, mask >>> 0);
     }
     q.length = 0;
   }
@@ -549,12 +555,16 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       if (action === FlushAction.READ) {
         const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, nic, f, 0, 0);
         const reg = ownRegs(region)[nic];
-        ep.rails[nic].read(ep.selfPeer[nic], hiOf(line.base + FLUSH_READ_AT + FLUSH_LINE * nic), loOf(line.base + FLUSH_READ_AT + FLUSH_LINE * nic), flushBytes(b!.size), line.regs[nic].desc, hiOf(region.base + b!.offset + reg.remoteDelta), loOf(region.base + b!.offset + reg.remoteDelta), reg.keyLo, reg.keyHi, token);
+        const la = line.base + FLUSH_READ_AT + FLUSH_LINE * nic;
+        const ra = region.base + b!.offset + reg.remoteDelta;
+        ep.rails[nic].read(ep.selfPeer[nic], hiOf(la), loOf(la), flushBytes(b!.size), line.regs[nic].desc, hiOf(ra), loOf(ra), reg.keyLo, reg.keyHi, token);
       } else {
         const { target, at } = this.scratch(nic);
         const reg = ownRegs(target)[nic];
         const token = ep.ops.alloc(OpKind.FLUSH_WRITE, this.id, this.serial, nic, f, nic, 0);
-        ep.rails[nic].write(ep.selfPeer[nic], hiOf(line.base + FLUSH_SRC_AT + FLUSH_LINE * nic), loOf(line.base + FLUSH_SRC_AT + FLUSH_LINE * nic), FLUSH_LINE, line.regs[nic].desc, hiOf(at + reg.remoteDelta), loOf(at + reg.remoteDelta), reg.keyLo, reg.keyHi, -1, token);
+        const la = line.base + FLUSH_SRC_AT + FLUSH_LINE * nic;
+        const ra = at + reg.remoteDelta;
+        ep.rails[nic].write(ep.selfPeer[nic], hiOf(la), loOf(la), FLUSH_LINE, line.regs[nic].desc, hiOf(ra), loOf(ra), reg.keyLo, reg.keyHi, -1, token);
       }
     }
   }
@@ -593,7 +603,9 @@ export class OfiRecvComm extends OfiComm implements RecvComm {
       const { target, at } = this.scratch(b);
       const reg = ownRegs(target)[b];
       const token = ep.ops.alloc(OpKind.FLUSH_READ, this.id, this.serial, b, a, 0, 0);
-      ep.rails[b].read(ep.selfPeer[b], hiOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b), loOf(ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b), FLUSH_LINE, ep.line.regs[b].desc, hiOf(at + reg.remoteDelta), loOf(at + reg.remoteDelta), reg.keyLo, reg.keyHi, token);
+      const la = ep.line.base + FLUSH_READ_AT + FLUSH_LINE * b;
+      const ra = at + reg.remoteDelta;
+      ep.rails[b].read(ep.selfPeer[b], hiOf(la), loOf(la), FLUSH_LINE, ep.line.regs[b].desc, hiOf(ra), loOf(ra), reg.keyLo, reg.keyHi, token);
     } else if (kind === OpKind.FLUSH_READ) {
       if (--this.fLeft[a] === 0) {
         this.flushes--;

@@ -191,7 +191,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     this.connectLost = false;
     this.connectSentAt = this.ep.clock();
     const token = this.ep.ops.alloc(OpKind.MESSAGE, this.id, this.serial, 0, SETUP_MESSAGE, 0, 0);
-    this.ep.rails[0].send(to.peer, hiOf(this.mem.base + CONNECT_AT), loOf(this.mem.base + CONNECT_AT), to.len, this.mem.regs[0].desc, immMsg(MsgKind.CONNECT, to.listener), token);
+    const la = this.mem.base + CONNECT_AT;
+    this.ep.rails[0].send(to.peer, hiOf(la), loOf(la), to.len, this.mem.regs[0].desc, immMsg(MsgKind.CONNECT, to.listener), token);
   }
 
   override onOpError(kind: OpKind, rail: number, c: Completion, a = 0): void {
@@ -335,9 +336,10 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     rec.left = 1;
     this.wroteAt = ep.now;
     const token = ep.ops.alloc(OpKind.EAGER, this.id, this.serial, nic, rec.index, 0, 0);
+    const header = this.mem.base + HEADERS_AT + at;
     ep.rails[nic].send2(
       this.peer[l],
-      hiOf(this.mem.base + HEADERS_AT + at), loOf(this.mem.base + HEADERS_AT + at),
+      hiOf(header), loOf(header),
       EAGER_HEADER_BYTES,
       this.mem.regs[nic].desc,
       hiOf(addr), loOf(addr),
@@ -457,12 +459,14 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
       const l = sch.rail[i];
       const nic = this.nic[l];
       const token = ep.ops.alloc(OpKind.WRITE, this.id, this.serial, nic, rec.index, 0, 0);
+      const la = base + sch.offset[i];
+      const ra = raddr + sch.offset[i];
       ep.rails[nic].write(
         this.peer[l],
-        hiOf(base + sch.offset[i]), loOf(base + sch.offset[i]),
+        hiOf(la), loOf(la),
         sch.len[i],
         regs[nic].desc,
-        hiOf(raddr + sch.offset[i]), loOf(raddr + sch.offset[i]),
+        hiOf(ra), loOf(ra),
         this.mb32[e + ENTRY_KEYS + 2 * l],
         this.mb32[e + ENTRY_KEYS + 2 * l + 1],
         immWrite(this.peerComm, recv, index, segs),
