@@ -17,7 +17,3 @@ export function hiOf(a: number): number {
 export function loOf(a: number): number {
   return a - Math.floor(a / ADDR_SPLIT) * ADDR_SPLIT;
 }
-/** [hiOf(a), loOf(a)], to spread into a call's arguments off the data path (setup, tests). */
-export function split(a: number): [number, number] {
-  return [hiOf(a), loOf(a)];
-}

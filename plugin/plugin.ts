@@ -409,9 +409,9 @@ export class Plugin {
    * receive ring and registered buffers are native memory held by JavaScript views; nothing
    * else would make V8 collect them once the traffic, and with it the allocation, has stopped.
    * With the rings mapped pages, 512 TCP pairs closed left 73-77 MiB more than before them
-   * resident, against 175-204 before (docs/performance.md, item 40's table). One ordinary collection (never a memory-reducing one, which
-   * ages compiled code faster), after the close has returned; `gc` is exposed in tsnet's own
-   * isolate only (embed/host.cc).
+   * resident, against 175-204 before (docs/performance.md, item 40's table). One ordinary
+   * collection (never a memory-reducing one, which ages compiled code faster), after the close
+   * has returned; `gc` is exposed in tsnet's own isolate only (embed/host.cc).
    */
   private idleCollect(): void {
     const gc = (globalThis as { gc?: () => void }).gc;

@@ -49,12 +49,11 @@ struct Op {
 
 struct IoThread;
 
-// Memory shared with JavaScript for a comm's life (receive rings): whole pages mapped for it,
-// zero-filled by the kernel and resident only once touched, and given back to the kernel when
-// freed. From malloc, a freed 256 KiB ring stayed in the allocator's heap (glibc raises its
-// mmap threshold to the size of a freed mapping), so a process kept what it had freed after
-// closing its comms (docs/performance.md, item 40). Not for memory whose addresses the protocol
-// computes with (ofiAlloc says why).
+// Memory shared with JavaScript for a comm's life (receive rings, ofiAlloc's buffers): whole
+// pages mapped for it, zero-filled by the kernel and resident only once touched, and given back
+// to the kernel when freed. From malloc, a freed 256 KiB ring stayed in the allocator's heap
+// (glibc raises its mmap threshold to the size of a freed mapping), so a process kept what it
+// had freed after closing its comms (docs/performance.md, items 40 and 41).
 void* pagesAlloc(size_t bytes);               // nullptr when the kernel refuses (errno set)
 void pagesFree(void* p, size_t bytes);
 

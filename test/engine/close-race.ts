@@ -2,7 +2,7 @@
 // inline) and reads in flight: the close races the I/O threads, which may see the peer's end and
 // finish a graceful close before they take the protocol thread's kick. Shared by
 // close-race.test.ts (in process) and close-race-main.ts (a child under AddressSanitizer).
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import * as fs from 'fs';
 import type { Port } from '../../plugin/engine/port';
 import { SUB_F_NOCQE, SubKind } from '../../plugin/engine/records';

@@ -3,7 +3,7 @@
 // nobody wakes this thread), over socketpairs and TCP loopback sockets. Raw ring writes where
 // the native side's validation is the subject. Throughput and small-op rate are printed, never
 // asserted.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import * as fs from 'fs';
 import * as net from 'net';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';

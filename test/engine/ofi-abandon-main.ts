@@ -6,7 +6,7 @@
 // ms; ioClose(B) gives up meanwhile, B's memory is "given back" (overwritten), and after the
 // stall the completions B's link got, and whether that memory was written, are printed; and
 // how the count of abandoned endpoints (ofiAwaitAbandoned) and shm's regions went.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import * as fs from 'node:fs';
 import { SubKind } from '../../plugin/engine/records';
 import { forgetShm, ofiRailPair } from './ofi-pair';

@@ -7,7 +7,7 @@
 // argv: provider, bell (1 or 0). Prints {"bell": [A's, B's], "rang", "heard", "got":
 // [statuses], "files": [this process's bell pages while open, after B's close], "stale": a
 // left bell still there} and exits 0.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import * as fs from 'fs';
 import { SubKind } from '../../plugin/engine/records';
 import { forgetShm, ofiRailPair } from './ofi-pair';

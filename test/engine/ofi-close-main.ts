@@ -3,7 +3,7 @@
 // Rail B posts receives of 64, 64 and 4 bytes; its I/O thread is held (ioTestStall) while rail
 // A sends three 64-byte messages, so that B's queue holds two completions and then the third
 // receive's truncation error when B is closed. Prints {"closeMs": ...} and exits 0.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { SubKind } from '../../plugin/engine/records';
 import { forgetShm, ofiRailPair } from './ofi-pair';
 

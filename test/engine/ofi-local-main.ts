@@ -4,7 +4,7 @@
 // endpoint's region, unmapped once it closed: the sends after the close must end in an error
 // (ECONNREFUSED) instead of touching it (a CLOSE message sent there was a SIGSEGV). Prints
 // {"before": status, "after": [statuses]} and exits 0.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { SubKind } from '../../plugin/engine/records';
 import { forgetShm, ofiRailPair } from './ofi-pair';
 

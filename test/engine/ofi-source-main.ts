@@ -3,7 +3,7 @@
 // B inserts itself first (AV id 0, as every tsnet endpoint does), then A; C is inserted only
 // with argv[3] = 'known'. A and C each send B a message with immediate data, and A writes into
 // B with immediate data. Prints {"fromA": id, "fromC": id, "writeFromA": id, "idA": id, "idC": id} (-1: none).
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import type { CqeHandler } from '../../plugin/engine/port';
 import { SubKind } from '../../plugin/engine/records';
 import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';

@@ -5,7 +5,7 @@
 // 4 ms (its own work more recent than kBorrowNs, older than the 2 ms window). Prints
 // {"shared": [passes per thread], "borrowed": [...], "cpuUs": [...], "writes": n, "refused":
 // the error of a rail asked for group -1}.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import type { CqeHandler } from '../../plugin/engine/port';
 import { SubKind } from '../../plugin/engine/records';
 import type { OfiBinding } from '../../plugin/transports/ofi/native-rail';

@@ -1,5 +1,5 @@
 // The fake fabric itself: what the protocol tests rely on it to do like libfabric.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { describe, expect, it } from 'vitest';
 import { BOUNCE_TOKEN } from '../../plugin/transports/ofi/bounce';
 import { CqFlag } from '../../plugin/transports/ofi/fabric';

@@ -2,7 +2,7 @@
 // stripe per rail, each written with that rail's key), small ones whole and round-robin,
 // control messages on rail 0 or round-robin, OFI_NCCL_FORCE_NUM_RAILS subsetting or repeating
 // NICs, and two ends with different NIC counts.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { describe, expect, it } from 'vitest';
 import { immSegs } from '../../plugin/transports/ofi/wire';
 import type { FakeHost } from './fake-fabric';

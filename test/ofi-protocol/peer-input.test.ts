@@ -3,7 +3,7 @@
 // completion handler (the engine's port only logged those: state half updated, the batch's
 // bounce buffers never reposted), a comm or bounce buffer leaked per message, or a provider
 // reading a peer address past its end.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { describe, expect, it } from 'vitest';
 import { LogLevel } from '../../plugin/abi';
 import { CqFlag } from '../../plugin/transports/ofi/fabric';

@@ -6,7 +6,7 @@
 // stranger's input then reaches the comm, as with a provider that cannot say), so that every
 // test shows the check is what stops it. The last test bounds the connections a listener holds
 // for accept.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { describe, expect, it } from 'vitest';
 import { LogLevel } from '../../plugin/abi';
 import { MAX_UNACCEPTED } from '../../plugin/transports/ofi/connect';

@@ -1,6 +1,7 @@
 // plugin/addr.ts: an address as two small integers, hi * ADDR_SPLIT + lo.
 import { describe, expect, it } from 'vitest';
-import { ADDR_SPLIT, hiOf, loOf, split } from '../../plugin/addr';
+import { ADDR_SPLIT, hiOf, loOf } from '../../plugin/addr';
+import { split } from '../support/addr';
 
 const SMI_MAX = 2 ** 30; // V8's small integers end at 2^30 with pointer compression, 2^31 without
 

@@ -4,7 +4,8 @@
 // (over the limit, a record waiting in the ring, the turn's allowance per lane, the engine's
 // refusal). What the engine does with it (an inject, engine_ofi.cc) runs under the C driver
 // over real libfabric (test/driver/ofi.test.ts).
-import { ADDR_SPLIT, split } from '../../plugin/addr';
+import { ADDR_SPLIT } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { describe, expect, it } from 'vitest';
 import { type CqeHandler, Port } from '../../plugin/engine/port';
 import { CQE, RING, SUB, SUB_F_IMM, SubKind } from '../../plugin/engine/records';

@@ -4,7 +4,7 @@
 // messages before their receive, unmatched messages, sends larger than their receive, every
 // policy, close, cancelRegion (deregMr), liveness, and hand-driven peers for the frames a
 // well-behaved peer never sends.
-import { split } from '../../plugin/addr';
+import { split } from '../support/addr';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LogLevel, ResultCode } from '../../plugin/abi';
 import { monoMs, setClock } from '../../plugin/clock';
