@@ -12,7 +12,7 @@ import { Op } from './native';
 import { propertiesOf } from './properties';
 import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
-import { type HoldSample, type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, holdLine, processCpuLine, threadStatsLine, wakeStatsLine } from './stats';
+import { type HoldSample, type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, holdLine, newSetupStats, processCpuLine, setupStatsLines, threadStatsLine, wakeStatsLine } from './stats';
 import { SpinAdapter } from './spin';
 import { StepStats, bothTraces } from './steps';
 import { Tracer } from './trace';
@@ -123,13 +123,16 @@ export class Plugin {
   private readonly ctxs = new Set<number>();
   private warmupAsked = false; // the first init's answer carries TSNET_WARMUP, later ones 0
   private readonly listeners = new Map<number, { ctx: number; dev: number; listener: Listener }>();
-  private readonly connecting = new Map<string, Connector>();
+  /** Connects NCCL retries, by handle: the attempt, and when its first call came (host.now(), µs; TSNET_STATS). */
+  private readonly connecting = new Map<string, { c: Connector; since: number }>();
   private readonly comms = new Map<number, Comm>();
   /** A collection asked for once this thread's last comm closed (idleCollect). */
   private collecting: ReturnType<typeof setTimeout> | undefined;
   private readonly regions = new Regions();
   private readonly args = newRecvArgs();
   private readonly threadStats: ThreadStats = { requests: 0, cpuStart: 0, busyStart: 0, started: monoMs() };
+  /** TSNET_STATS: what connect and accept calls cost this thread. */
+  private readonly setupStats = newSetupStats();
 
   constructor(
     private readonly host: PluginHost,
@@ -292,7 +295,7 @@ export class Plugin {
       const judge = late < every || !judged;
       judged = judge;
       for (const c of this.comms.values()) c.endpoint.tick(now, timeoutMs, judge);
-      for (const c of this.connecting.values()) c.tick?.(now, timeoutMs, judge);
+      for (const a of this.connecting.values()) a.c.tick?.(now, timeoutMs, judge);
       for (const l of this.listeners.values()) l.listener.tick?.(now, timeoutMs, judge);
       this.transport?.tick?.(now, timeoutMs, judge);
       this.transport?.flush();
@@ -464,8 +467,11 @@ export class Plugin {
       this.ctxs.add(a.ctx as number);
       // NCCL retries with the same handle until the comm is up: the handle names the attempt.
       const key = `${a.ctx}/${dev}/${Buffer.from(handle).toString('hex')}`;
-      let c = this.connecting.get(key);
-      if (!c) this.connecting.set(key, (c = t.connect(dev, handle)));
+      const st = this.config?.stats ? this.setupStats : undefined;
+      const t0 = st ? this.host.now() : 0;
+      let at = this.connecting.get(key);
+      if (!at) this.connecting.set(key, (at = { c: t.connect(dev, handle), since: t0 }));
+      const c = at.c;
       let comm: SendComm | undefined;
       const id = this.nextId;
       try {
@@ -474,10 +480,16 @@ export class Plugin {
         this.connecting.delete(key);
         c.close();
         throw e;
+      } finally {
+        if (st) {
+          st.connectCalls++;
+          st.connectUs += this.host.now() - t0;
+        }
       }
       if (!comm) return { comm: 0 };
       this.connecting.delete(key);
       if (this.newComm(a.ctx as number, dev, comm, true) !== id) throw internalError('comm ids went out of step');
+      st?.connected.add(this.host.now() - at.since);
       log.info(`comm ${id}: connected`);
       return { comm: id };
     },
@@ -485,8 +497,26 @@ export class Plugin {
     accept: (a) => {
       const l = this.need(this.listeners, a.listen, 'listen comm');
       const id = this.nextId;
-      const comm = l.listener.accept(this.hooks(id));
+      const st = this.config?.stats ? this.setupStats : undefined;
+      const t0 = st ? this.host.now() : 0;
+      let comm: RecvComm | undefined;
+      try {
+        comm = l.listener.accept(this.hooks(id));
+      } finally {
+        if (st) {
+          st.acceptCalls++;
+          st.acceptUs += this.host.now() - t0;
+        }
+      }
       if (!comm) return { comm: 0 };
+      if (st) {
+        st.accepted++;
+        const last = l.listener.lastAccept;
+        if (last) {
+          st.handshakes.add(last.handshakeUs);
+          st.waits.add(last.waitedUs);
+        }
+      }
       if (this.newComm(l.ctx, l.dev, comm, false) !== id) throw internalError('comm ids went out of step');
       log.info(`comm ${id}: accepted`);
       return { comm: id };
@@ -569,7 +599,7 @@ export class Plugin {
         this.listeners.delete(id);
       }
       // Connects NCCL will not retry: left alone they would finish into a link nobody closes.
-      for (const [key, c] of [...this.connecting].filter(([k]) => k.startsWith(`${ctx}/`))) {
+      for (const [key, { c }] of [...this.connecting].filter(([k]) => k.startsWith(`${ctx}/`))) {
         c.close();
         this.connecting.delete(key);
       }
@@ -578,6 +608,7 @@ export class Plugin {
       if (this.config?.stats) {
         log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy(), this.host.sentHere?.()));
         log.info(wakeStatsLine(`protocol thread ${this.host.thread}`, [this.host.wakes()]));
+        for (const line of setupStatsLines(this.host.thread, this.setupStats)) log.info(line);
         const early = this.host.earlyWakes?.();
         if (early !== undefined && this.config.earlyWake) log.info(`stats: protocol thread ${this.host.thread}: early wake-ups ${early} (woken by a lane with its I/O thread)`);
         if (this.lostWakes) log.info(`stats: protocol thread ${this.host.thread}: the watchdog found work no wake-up had announced ${this.lostWakes} time(s)`);

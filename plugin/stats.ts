@@ -104,10 +104,11 @@ export function quantileBucket(buckets: ArrayLike<number>, q: number): number {
   return -1;
 }
 
-function quantileBound(buckets: number[], q: number): string {
+/** The q-quantile as the bound of its bucket (bucket k: below 2^(k+1) µs; the last: at least 2^k). */
+function quantileBound(buckets: ArrayLike<number>, q: number): string {
   const k = quantileBucket(buckets, q);
   if (k < 0) return '-';
-  return k >= WAKE_BUCKETS - 1 ? `>= ${2 ** k} us` : `< ${2 ** (k + 1)} us`;
+  return k >= buckets.length - 1 ? `>= ${2 ** k} us` : `< ${2 ** (k + 1)} us`;
 }
 
 /**
@@ -219,4 +220,70 @@ export function processCpuLine(threads: ThreadCpu[], processUs?: number): string
     `the rest of the process ${s(total(rest))} in ${count(rest)} thread(s)${busiest ? ` (${busiest})` : ''}` +
     (processUs === undefined ? '' : `; the whole process ${s(processUs)}, threads that have ended included`)
   );
+}
+
+/** Buckets of a TimeHistogram: bucket k holds times below 2^(k+1) µs, the last one the rest (from about 8 s). */
+export const SETUP_BUCKETS = 24;
+
+/** Times in µs by powers of two (connection set-up, TSNET_STATS). */
+export class TimeHistogram {
+  count = 0;
+  sumUs = 0;
+  maxUs = 0;
+  readonly buckets: number[] = new Array(SETUP_BUCKETS).fill(0);
+
+  add(us: number): void {
+    const v = Math.max(0, us);
+    this.count++;
+    this.sumUs += v;
+    if (v > this.maxUs) this.maxUs = v;
+    const k = v < 2 ? 0 : Math.floor(Math.log2(v));
+    this.buckets[Math.min(k, SETUP_BUCKETS - 1)]++;
+  }
+
+  /** "median < X us, p99 < Y us, max Z us", or "-" when empty. */
+  text(): string {
+    if (!this.count) return '-';
+    return `median ${quantileBound(this.buckets, 0.5)}, p99 ${quantileBound(this.buckets, 0.99)}, max ${this.maxUs.toFixed(0)} us`;
+  }
+}
+
+/**
+ * What setting comms up cost a protocol thread: NCCL calls connect and accept again until
+ * the comm is up (its proxy thread without a pause while any is pending), and each call is a
+ * control call on this thread.
+ */
+export interface SetupStats {
+  /** Comms connected: from the first connect call of their handle to the call that gave the comm. */
+  connected: TimeHistogram;
+  /** connect calls, and the µs spent in them. */
+  connectCalls: number;
+  connectUs: number;
+  /** Comms accepted where the transport says: from the connection's first greeting to ready for accept. */
+  handshakes: TimeHistogram;
+  /** ... and from ready to the accept call that took it. */
+  waits: TimeHistogram;
+  accepted: number;
+  acceptCalls: number;
+  acceptUs: number;
+}
+
+export function newSetupStats(): SetupStats {
+  return { connected: new TimeHistogram(), connectCalls: 0, connectUs: 0, handshakes: new TimeHistogram(), waits: new TimeHistogram(), accepted: 0, acceptCalls: 0, acceptUs: 0 };
+}
+
+/** The lines of a thread's set-up figures (none when it had neither connect nor accept calls). */
+export function setupStatsLines(thread: number, s: SetupStats): string[] {
+  const ms = (us: number) => (us / 1000).toFixed(1);
+  const out: string[] = [];
+  if (s.connectCalls)
+    out.push(
+      `stats: protocol thread ${thread}: connects: ${s.connected.count} comm(s) up, first call to comm ${s.connected.text()}; ` +
+        `${s.connectCalls} call(s), ${ms(s.connectUs)} ms in them`,
+    );
+  if (s.acceptCalls) {
+    const parts = s.handshakes.count ? `; first greeting to ready ${s.handshakes.text()}; ready to accepted ${s.waits.text()}` : '';
+    out.push(`stats: protocol thread ${thread}: accepts: ${s.accepted} comm(s) up${parts}; ${s.acceptCalls} call(s), ${ms(s.acceptUs)} ms in them`);
+  }
+  return out;
 }

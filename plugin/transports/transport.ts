@@ -93,6 +93,11 @@ export interface Listener {
   readonly handle: Uint8Array;
   /** A comm a peer connected, or undefined while none is ready. Throws on failure. */
   accept(hooks: CommHooks): RecvComm | undefined;
+  /**
+   * Where the transport times its handshakes: for the comm accept just returned, µs from the
+   * connection's first greeting to ready for accept, and from ready to that call (TSNET_STATS).
+   */
+  readonly lastAccept?: { handshakeUs: number; waitedUs: number };
   close(): void;
   /** Periodic (the watchdog): connections that are not complete in time are dropped, only where judge (Transport.tick). */
   tick?(now: number, timeoutMs: number, judge: boolean): void;

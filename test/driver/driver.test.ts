@@ -224,7 +224,7 @@ describe('C driver, TCP, --procs 2, v12, teardown with TSNET_PROTOCOL_THREADS', 
 // TSNET_STATS through the .so: without a busy-poll window every hand-over between threads is a
 // wake-up, and each process reports how late its protocol thread and its I/O threads took them.
 describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
-  it('each process reports the wake-ups of protocol thread 0 and of its I/O threads, with their delays', async () => {
+  it('each process reports the wake-ups of protocol thread 0 and of its I/O threads, with their delays, and what its connects and accepts cost', async () => {
     requireLib();
     const r = await runDriver(['transfer', '--procs', '2', '--version', '12', '--verbose'], { ...TCP, TSNET_STATS: '1', TSNET_SPIN_US: '0' });
     expectClean(r);
@@ -236,6 +236,17 @@ describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
     expect(new Set(proto.map((m) => m[1])).size, r.err.slice(-3000)).toBe(2); // both processes
     expect(new Set(io.map((m) => m[1])).size).toBe(2);
     for (const m of [...proto, ...io]) expect(Number(m[2])).toBeGreaterThan(0);
+    // and what its connects and accepts cost it: the sender connected, the receiver accepted
+    // (TCP times the listener's handshakes), both calling again until the comm was up
+    const connects = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: connects: (\\d+) comm\\(s\\) up, first call to comm median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
+    const accepts = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: accepts: (\\d+) comm\\(s\\) up; first greeting to ready median ${q}, p99 ${q}, max \\d+ us; ready to accepted median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
+    expect(connects.length, r.err.slice(-3000)).toBe(1);
+    expect(accepts.length, r.err.slice(-3000)).toBe(1);
+    expect(connects[0][1]).not.toBe(accepts[0][1]);
+    for (const m of [...connects, ...accepts]) {
+      expect(Number(m[2])).toBeGreaterThan(0);
+      expect(Number(m[m.length - 1])).toBeGreaterThanOrEqual(Number(m[2])); // a call per comm at least
+    }
   }, 120_000);
 
   it('TSNET_STATS=steps: the sender reports where its sends spent their time, the receiver its receives, the I/O threads\' steps included', async () => {

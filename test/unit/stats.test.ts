@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { parseThreadStat, processCpuLine, readProcessCpu, readThreadsCpu } from '../../plugin/stats';
+import { SETUP_BUCKETS, TimeHistogram, newSetupStats, parseThreadStat, processCpuLine, readProcessCpu, readThreadsCpu, setupStatsLines } from '../../plugin/stats';
 
 // A stat line as proc(5) writes it: utime 250 and stime 50 ticks (3 s at USER_HZ 100).
 const statLine = (tid: number, name: string, utime: number, stime: number) =>
@@ -74,6 +74,49 @@ describe('the CPU of each thread of the process', () => {
     );
     expect(processCpuLine([{ name: 'app', us: 0 }])).toBe(
       'stats: process CPU by thread (user + system): tsnet 0.00 s (no threads); the rest of the process 0.00 s in 1 thread(s) (app 0.00 s)',
+    );
+  });
+});
+
+describe('connection set-up figures (TSNET_STATS)', () => {
+  it('a time histogram puts each time in its power-of-two bucket, the longest ones in the last, and gives median, p99 and max', () => {
+    const h = new TimeHistogram();
+    expect(h.text()).toBe('-');
+    for (const us of [0, 1.5, 3, 900, 1000, 1023, 1024, 70_000]) h.add(us);
+    h.add(-5); // a clock read twice across threads never gives a negative bucket
+    expect(h.count).toBe(9);
+    expect(h.maxUs).toBe(70_000);
+    expect(h.buckets[0]).toBe(3); // 0, 1.5 and the negative one, below 2 us
+    expect(h.buckets[1]).toBe(1); // 3: below 4
+    expect(h.buckets[9]).toBe(3); // 900, 1000 and 1023: below 1024
+    expect(h.buckets[10]).toBe(1); // 1024: below 2048
+    expect(h.buckets[16]).toBe(1); // 70 ms: below 131072 us
+    expect(h.text()).toBe('median < 1024 us, p99 < 131072 us, max 70000 us');
+    h.add(3600e6); // an hour
+    expect(h.buckets[SETUP_BUCKETS - 1]).toBe(1);
+    expect(h.text()).toBe(`median < 1024 us, p99 >= ${2 ** (SETUP_BUCKETS - 1)} us, max 3600000000 us`);
+  });
+
+  it('a thread reports its connects and accepts, their calls and the time in them; nothing without calls; no handshake part where the transport times none', () => {
+    const s = newSetupStats();
+    expect(setupStatsLines(3, s)).toEqual([]);
+    s.connectCalls = 40;
+    s.connectUs = 2500;
+    s.connected.add(1500);
+    s.connected.add(3000);
+    s.acceptCalls = 7;
+    s.acceptUs = 120;
+    s.accepted = 2;
+    expect(setupStatsLines(3, s)).toEqual([
+      'stats: protocol thread 3: connects: 2 comm(s) up, first call to comm median < 2048 us, p99 < 4096 us, max 3000 us; 40 call(s), 2.5 ms in them',
+      'stats: protocol thread 3: accepts: 2 comm(s) up; 7 call(s), 0.1 ms in them',
+    ]);
+    s.handshakes.add(300);
+    s.handshakes.add(5000);
+    s.waits.add(10);
+    s.waits.add(40);
+    expect(setupStatsLines(3, s)[1]).toBe(
+      'stats: protocol thread 3: accepts: 2 comm(s) up; first greeting to ready median < 512 us, p99 < 8192 us, max 5000 us; ready to accepted median < 16 us, p99 < 64 us, max 40 us; 7 call(s), 0.1 ms in them',
     );
   });
 });

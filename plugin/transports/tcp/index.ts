@@ -92,8 +92,9 @@ interface Incoming {
   hello?: Hello; // the control socket's
   socks: (net.Socket | undefined)[];
   lanes: number;
-  /** When its first socket greeted (monoMs). */
+  /** When its first socket greeted (monoMs), and the same on the µs clock of lastAccept (performance.now(), ms). */
   since: number;
+  t0: number;
   /** Who it is (for the refusal's WARN). */
   from: string;
 }
@@ -120,7 +121,9 @@ class TcpListener implements Listener {
   private readonly incoming = new Map<string, Incoming>();
   /** Sockets whose greeting has not come yet: since when (monoMs), and what gives up on them. */
   private readonly greeting = new Map<net.Socket, { since: number; giveUp: (err: Error) => void }>();
-  private readonly ready: StreamLink[] = [];
+  /** Links ready for accept: how long their handshake took (µs) and since when they wait (performance.now(), ms). */
+  private readonly ready: { link: StreamLink; handshakeUs: number; at: number }[] = [];
+  lastAccept: { handshakeUs: number; waitedUs: number } | undefined;
   private readonly refusals: RefusalLog;
   private closed = false;
 
@@ -154,8 +157,10 @@ class TcpListener implements Listener {
   }
 
   accept(hooks: CommHooks): RecvComm | undefined {
-    const link = this.ready.shift();
-    return link && recvComm(link, hooks);
+    const r = this.ready.shift();
+    if (!r) return undefined;
+    this.lastAccept = { handshakeUs: r.handshakeUs, waitedUs: (performance.now() - r.at) * 1000 };
+    return recvComm(r.link, hooks);
   }
 
   close(): void {
@@ -167,7 +172,7 @@ class TcpListener implements Listener {
     const waiting = this.incoming.size + this.ready.length;
     for (const inc of this.incoming.values()) this.drop(inc);
     this.incoming.clear();
-    this.ready.splice(0).forEach((l) => l.close(false));
+    this.ready.splice(0).forEach((r) => r.link.close(false));
     if (waiting) log.info(`listener on ${this.dev.name}: closed with ${waiting} connection(s) not yet accepted; dropped`);
   }
 
@@ -203,7 +208,7 @@ class TcpListener implements Listener {
       const key = h.connId.toString('hex');
       let inc = this.incoming.get(key);
       if (!inc) {
-        inc = { socks: new Array(1 + h.lanes).fill(undefined), lanes: h.lanes, since: monoMs(), from };
+        inc = { socks: new Array(1 + h.lanes).fill(undefined), lanes: h.lanes, since: monoMs(), t0: performance.now(), from };
         this.incoming.set(key, inc);
       }
       const index = h.role === Role.CONTROL ? 0 : 1 + h.lane;
@@ -243,7 +248,9 @@ class TcpListener implements Listener {
         if (--left !== 0) return;
         if (this.closed) return socks.forEach((x) => x.destroy()); // closed during the handshake
         try {
-          this.ready.push(adopt(this.io, socks, policy, what, recvRingBytes(h.eagerMax)));
+          const link = adopt(this.io, socks, policy, what, recvRingBytes(h.eagerMax));
+          const at = performance.now();
+          this.ready.push({ link, handshakeUs: (at - inc.t0) * 1000, at });
         } catch (e) {
           log.warn(`listener on ${this.dev.name}: ${(e as Error).message}`);
           socks.forEach((x) => x.destroy());
