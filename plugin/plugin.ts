@@ -489,7 +489,14 @@ export class Plugin {
       if (!comm) return { comm: 0 };
       this.connecting.delete(key);
       if (this.newComm(a.ctx as number, dev, comm, true) !== id) throw internalError('comm ids went out of step');
-      st?.connected.add(this.host.now() - at.since);
+      if (st) {
+        st.connected.add(this.host.now() - at.since);
+        const tm = c.timing;
+        if (tm?.ready !== undefined) {
+          st.connectHandshakes.add((tm.ready - tm.begun) * 1000);
+          st.connectWaits.add((performance.now() - tm.ready) * 1000);
+        }
+      }
       log.info(`comm ${id}: connected`);
       return { comm: id };
     },

@@ -256,6 +256,9 @@ export class TimeHistogram {
 export interface SetupStats {
   /** Comms connected: from the first connect call of their handle to the call that gave the comm. */
   connected: TimeHistogram;
+  /** ... where the transport times them: from that first call to ready, and from ready to the call that took it. */
+  connectHandshakes: TimeHistogram;
+  connectWaits: TimeHistogram;
   /** connect calls, and the µs spent in them. */
   connectCalls: number;
   connectUs: number;
@@ -269,18 +272,20 @@ export interface SetupStats {
 }
 
 export function newSetupStats(): SetupStats {
-  return { connected: new TimeHistogram(), connectCalls: 0, connectUs: 0, handshakes: new TimeHistogram(), waits: new TimeHistogram(), accepted: 0, acceptCalls: 0, acceptUs: 0 };
+  return { connected: new TimeHistogram(), connectHandshakes: new TimeHistogram(), connectWaits: new TimeHistogram(), connectCalls: 0, connectUs: 0, handshakes: new TimeHistogram(), waits: new TimeHistogram(), accepted: 0, acceptCalls: 0, acceptUs: 0 };
 }
 
 /** The lines of a thread's set-up figures (none when it had neither connect nor accept calls). */
 export function setupStatsLines(thread: number, s: SetupStats): string[] {
   const ms = (us: number) => (us / 1000).toFixed(1);
   const out: string[] = [];
-  if (s.connectCalls)
+  if (s.connectCalls) {
+    const parts = s.connectHandshakes.count ? `; first call to ready ${s.connectHandshakes.text()}; ready to connected ${s.connectWaits.text()}` : '';
     out.push(
-      `stats: protocol thread ${thread}: connects: ${s.connected.count} comm(s) up, first call to comm ${s.connected.text()}; ` +
+      `stats: protocol thread ${thread}: connects: ${s.connected.count} comm(s) up, first call to comm ${s.connected.text()}${parts}; ` +
         `${s.connectCalls} call(s), ${ms(s.connectUs)} ms in them`,
     );
+  }
   if (s.acceptCalls) {
     const parts = s.handshakes.count ? `; first greeting to ready ${s.handshakes.text()}; ready to accepted ${s.waits.text()}` : '';
     out.push(`stats: protocol thread ${thread}: accepts: ${s.accepted} comm(s) up${parts}; ${s.acceptCalls} call(s), ${ms(s.acceptUs)} ms in them`);

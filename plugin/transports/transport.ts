@@ -106,6 +106,11 @@ export interface Listener {
 export interface Connector {
   /** The comm once it is up, or undefined while not yet. Throws (NetError) on failure. */
   poll(hooks: CommHooks): SendComm | undefined;
+  /**
+   * Where the transport times its handshake: performance.now() (ms) when the connector began
+   * and when its comm was ready, set once ready (TSNET_STATS).
+   */
+  readonly timing?: { begun: number; ready?: number };
   close(): void;
   /** Periodic (the watchdog): no answer in time fails the connect, only where judge (Transport.tick). */
   tick?(now: number, timeoutMs: number, judge: boolean): void;

@@ -237,8 +237,8 @@ describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
     expect(new Set(io.map((m) => m[1])).size).toBe(2);
     for (const m of [...proto, ...io]) expect(Number(m[2])).toBeGreaterThan(0);
     // and what its connects and accepts cost it: the sender connected, the receiver accepted
-    // (TCP times the listener's handshakes), both calling again until the comm was up
-    const connects = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: connects: (\\d+) comm\\(s\\) up, first call to comm median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
+    // (TCP times the handshakes of both), both calling again until the comm was up
+    const connects = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: connects: (\\d+) comm\\(s\\) up, first call to comm median ${q}, p99 ${q}, max \\d+ us; first call to ready median ${q}, p99 ${q}, max \\d+ us; ready to connected median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
     const accepts = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: accepts: (\\d+) comm\\(s\\) up; first greeting to ready median ${q}, p99 ${q}, max \\d+ us; ready to accepted median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
     expect(connects.length, r.err.slice(-3000)).toBe(1);
     expect(accepts.length, r.err.slice(-3000)).toBe(1);

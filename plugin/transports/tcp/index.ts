@@ -272,6 +272,7 @@ class TcpConnector implements Connector {
   private taken = false;
   /** When the connect began (monoMs), and whom it asks (for the timeout's words). */
   private readonly since = monoMs();
+  readonly timing: { begun: number; ready?: number } = { begun: performance.now() };
   private readonly to: string;
 
   constructor(
@@ -364,6 +365,7 @@ class TcpConnector implements Connector {
     const to = `${this.socks[0].remoteAddress}:${this.socks[0].remotePort}`;
     try {
       this.link = adopt(this.io, this.socks, this.policy, `-> ${to}, ${this.policy.lanes} data socket(s)`, SEND_RING_BYTES);
+      this.timing.ready = performance.now();
     } catch (e) {
       this.fail(e instanceof NetError ? e : systemError(`connect to ${to}: ${(e as Error).message}`));
     }
