@@ -262,7 +262,7 @@ export interface SetupStats {
   /** connect calls, and the µs spent in them. */
   connectCalls: number;
   connectUs: number;
-  /** Comms accepted where the transport says: from the connection's first greeting to ready for accept. */
+  /** Comms accepted where the transport says: from the connection's first message (TCP: greeting; libfabric: CONNECT) to ready for accept. */
   handshakes: TimeHistogram;
   /** ... and from ready to the accept call that took it. */
   waits: TimeHistogram;
@@ -287,7 +287,7 @@ export function setupStatsLines(thread: number, s: SetupStats): string[] {
     );
   }
   if (s.acceptCalls) {
-    const parts = s.handshakes.count ? `; first greeting to ready ${s.handshakes.text()}; ready to accepted ${s.waits.text()}` : '';
+    const parts = s.handshakes.count ? `; first message to ready ${s.handshakes.text()}; ready to accepted ${s.waits.text()}` : '';
     out.push(`stats: protocol thread ${thread}: accepts: ${s.accepted} comm(s) up${parts}; ${s.acceptCalls} call(s), ${ms(s.acceptUs)} ms in them`);
   }
   return out;

@@ -95,7 +95,8 @@ export interface Listener {
   accept(hooks: CommHooks): RecvComm | undefined;
   /**
    * Where the transport times its handshakes: for the comm accept just returned, µs from the
-   * connection's first greeting to ready for accept, and from ready to that call (TSNET_STATS).
+   * connection's first message (TCP: greeting; libfabric: CONNECT) to ready for accept, and
+   * from ready to that call (TSNET_STATS).
    */
   readonly lastAccept?: { handshakeUs: number; waitedUs: number };
   close(): void;

@@ -239,7 +239,7 @@ describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
     // and what its connects and accepts cost it: the sender connected, the receiver accepted
     // (TCP times the handshakes of both), both calling again until the comm was up
     const connects = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: connects: (\\d+) comm\\(s\\) up, first call to comm median ${q}, p99 ${q}, max \\d+ us; first call to ready median ${q}, p99 ${q}, max \\d+ us; ready to connected median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
-    const accepts = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: accepts: (\\d+) comm\\(s\\) up; first greeting to ready median ${q}, p99 ${q}, max \\d+ us; ready to accepted median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
+    const accepts = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: accepts: (\\d+) comm\\(s\\) up; first message to ready median ${q}, p99 ${q}, max \\d+ us; ready to accepted median ${q}, p99 ${q}, max \\d+ us; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
     expect(connects.length, r.err.slice(-3000)).toBe(1);
     expect(accepts.length, r.err.slice(-3000)).toBe(1);
     expect(connects[0][1]).not.toBe(accepts[0][1]);

@@ -135,6 +135,12 @@ for (const provider of ['tcp', 'shm'])
         for (const x of m) expect(Number(x[2]), 'an inject goes whole or not at all').toBe(0);
         if (on) expect(Math.min(...here), `sent here per process: ${here.join(', ')}`).toBeGreaterThan(0);
         else expect(here.every((n) => n === 0)).toBe(true);
+        // TSNET_STATS also times connecting over libfabric: the connector's wait for the ACCEPT,
+        // the listener's CONNECT to ready
+        const q = '(< \\d+|>= \\d+) us';
+        const part = (a: string, b: string) => `${a} median ${q}, p99 ${q}, max \\d+ us; ${b} median ${q}, p99 ${q}, max \\d+ us`;
+        expect(r.err).toMatch(new RegExp(`NET/tsnet stats: protocol thread \\d+: connects: [1-9]\\d* comm\\(s\\) up, first call to comm median ${q}, p99 ${q}, max \\d+ us; ${part('first call to ready', 'ready to connected')}; \\d+ call\\(s\\)`, 'm'));
+        expect(r.err).toMatch(new RegExp(`NET/tsnet stats: protocol thread \\d+: accepts: [1-9]\\d* comm\\(s\\) up; ${part('first message to ready', 'ready to accepted')}; \\d+ call\\(s\\)`, 'm'));
       }
     }, 240_000);
 

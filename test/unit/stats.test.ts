@@ -119,7 +119,7 @@ describe('connection set-up figures (TSNET_STATS)', () => {
     s.connectWaits.add(2600);
     expect(setupStatsLines(3, s)).toEqual([
       'stats: protocol thread 3: connects: 2 comm(s) up, first call to comm median < 2048 us, p99 < 4096 us, max 3000 us; first call to ready median < 1024 us, p99 < 1024 us, max 700 us; ready to connected median < 4096 us, p99 < 4096 us, max 2600 us; 40 call(s), 2.5 ms in them',
-      'stats: protocol thread 3: accepts: 2 comm(s) up; first greeting to ready median < 512 us, p99 < 8192 us, max 5000 us; ready to accepted median < 16 us, p99 < 64 us, max 40 us; 7 call(s), 0.1 ms in them',
+      'stats: protocol thread 3: accepts: 2 comm(s) up; first message to ready median < 512 us, p99 < 8192 us, max 5000 us; ready to accepted median < 16 us, p99 < 64 us, max 40 us; 7 call(s), 0.1 ms in them',
     ]);
   });
 });

@@ -40,9 +40,12 @@ export function answerAgain(ep: OfiEndpoint, c: Connect): boolean {
 export class OfiListener {
   readonly handle: Uint8Array;
   private readonly nonce: number;
-  private readonly ready: OfiRecvComm[] = [];
+  /** Comms ready for accept: how long the CONNECT took to become one (µs), and since when they wait (performance.now(), ms). */
+  private readonly ready: { comm: OfiRecvComm; handshakeUs: number; at: number }[] = [];
   private closed = false;
   private toldFull = false;
+  /** The comm accept last returned: from its CONNECT to ready, and from ready to that call (µs; TSNET_STATS). */
+  lastAccept: { handshakeUs: number; waitedUs: number } | undefined;
 
   constructor(
     private readonly ep: OfiEndpoint,
@@ -55,20 +58,23 @@ export class OfiListener {
   /** A receive comm a peer connected, or undefined while none is ready. */
   accept(complete: Complete): RecvComm | undefined {
     if (this.closed) throw internalError(`${this.ep.name} listener ${this.id}: accept after close`);
-    const c = this.ready.shift();
-    if (c) c.complete = complete;
-    return c;
+    const r = this.ready.shift();
+    if (!r) return undefined;
+    r.comm.complete = complete;
+    this.lastAccept = { handshakeUs: r.handshakeUs, waitedUs: (performance.now() - r.at) * 1000 };
+    return r.comm;
   }
 
   close(): void {
     this.closed = true;
     this.ep.removeListener(this);
-    for (const c of this.ready.splice(0)) c.close();
+    for (const r of this.ready.splice(0)) r.comm.close();
   }
 
   /** A CONNECT for this listener arrived. */
   onConnect(bytes: Uint8Array): void {
     if (this.closed) return;
+    const t0 = performance.now();
     const c = decodeConnect(bytes);
     if (typeof c === 'string') return log.warn(`${this.ep.name} listener ${this.id}: refused a connection: ${c}`);
     if (c.listenerNonce !== this.nonce) {
@@ -93,13 +99,15 @@ export class OfiListener {
     log.info(`${comm.name}: accepted send comm ${c.comm}, ${comm.rails} rail(s)`);
     comm.connectKey = connectKey(c);
     this.ep.accepted.set(comm.connectKey, comm);
-    this.ready.push(comm);
+    const at = performance.now();
+    this.ready.push({ comm, handshakeUs: (at - t0) * 1000, at });
   }
 }
 
 export class OfiConnector {
   private readonly comm: OfiSendComm;
   private taken = false;
+  private readonly begun = performance.now();
 
   constructor(
     private readonly ep: OfiEndpoint,
@@ -133,6 +141,11 @@ export class OfiConnector {
     // No ACCEPT yet: CONNECT again when its send failed, or every RESEND_MS in case it was lost.
     if ((c.connectLost && now - c.connectSentAt >= RETRY_MS) || now - c.connectSentAt >= RESEND_MS) c.resendConnect();
     return undefined;
+  }
+
+  /** When it began and when the ACCEPT made its comm ready (performance.now(), ms; TSNET_STATS). */
+  get timing(): { begun: number; ready?: number } {
+    return { begun: this.begun, ready: this.comm.connectedAt };
   }
 
   /** Gives up (unless poll returned the comm: then it is the plugin's). */

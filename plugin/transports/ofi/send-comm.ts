@@ -89,6 +89,8 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
   readonly isRecv = false;
   /** Set by ACCEPT. */
   connected = false;
+  /** When the ACCEPT made it connected (performance.now(), ms; TSNET_STATS). */
+  connectedAt: number | undefined;
   connectError: NetError | undefined;
   private readonly mem: OwnedRegion;
   private readonly mb32: Uint32Array;
@@ -256,6 +258,7 @@ export class OfiSendComm extends OfiComm implements SendComm, MatchSink<SendRec>
     const home = this.ep.config.smallRail === 'comm' ? homeRail(this.id, this.rails) : -1;
     this.scheduler = new StripeScheduler(this.rails, this.ep.config.minStripe, this.ep.config.smallRrMax, maxMsg, home, Math.max(this.eagerMax, this.ep.config.smallRrMax));
     this.connected = true;
+    this.connectedAt = performance.now();
     this.heard();
     log.info(
       `${this.name}: connected to comm ${a.comm}, ${this.rails} rail(s), eager up to ${this.eagerMax} bytes` +

@@ -313,6 +313,9 @@ export class OfiTransport implements Transport {
         return c && (w = new WrappedRecv(c, hooks.name, this.pump));
       },
       close: () => l.close(),
+      get lastAccept() {
+        return l.lastAccept;
+      },
     };
   }
 
@@ -325,6 +328,9 @@ export class OfiTransport implements Transport {
         return s && (w = new WrappedSend(s, hooks.name, this.pump));
       },
       close: () => (c as unknown as { close?: () => void }).close?.(),
+      get timing() {
+        return c.timing;
+      },
     };
   }
 
