@@ -15,5 +15,5 @@ export function hiOf(a: number): number {
 }
 /** The low part of address a: a - hiOf(a) * ADDR_SPLIT. */
 export function loOf(a: number): number {
-  return a - Math.floor(a / ADDR_SPLIT) * ADDR_SPLIT;
+  return a - hiOf(a) * ADDR_SPLIT;
 }

@@ -169,25 +169,6 @@ class SubRing {
     this.advance();
   }
 
-  /** A libfabric receive (TSN_SUB_OFI_RECV) into [hi * ADDR_SPLIT + lo, +len) with registration mr, written and published here. */
-  putOfiRecv(lane: number, link: number, op: number, hi: number, lo: number, len: number, mr: number): void {
-    const b = this.startRecord(lane, link, op, SubKind.OFI_RECV, 0);
-    const w = b >> 2;
-    const d = b >> 3;
-    const u32 = this.u32;
-    this.f64[d + 2] = hi * ADDR_SPLIT + lo;
-    this.f64[d + 3] = len;
-    this.f64[d + 4] = 0;
-    u32[w + (SUB.rkeyLo >> 2)] = 0;
-    u32[w + (SUB.rkeyHi >> 2)] = 0;
-    u32[w + (SUB.imm >> 2)] = 0;
-    u32[w + (SUB.flags >> 2)] = 0;
-    u32[w + (SUB.aux >> 2)] = 0;
-    u32[w + (SUB.mr >> 2)] = mr;
-    u32[w + (SUB.inl >> 2)] = 0;
-    this.advance();
-  }
-
   /** Writes a libfabric record at the tail without publishing it (putOfi() = fillOfi() + advance()). */
   fillOfi(lane: number, link: number, op: number, kind: SubKind, hi: number, lo: number, len: number, mr: number, peer: number,
     rhi: number, rlo: number, keyLo: number, keyHi: number, imm: number, immHi: number): void {
@@ -412,11 +393,9 @@ export class Port {
     return count;
   }
 
-  /** Queues a libfabric receive into [hi * ADDR_SPLIT + lo, +len), as submitOfi() does (putOfiRecv). */
+  /** Queues a libfabric receive into [hi * ADDR_SPLIT + lo, +len) with registration mr (submitOfi without the rest). */
   submitOfiRecv(t: number, lane: number, link: number, op: number, hi: number, lo: number, len: number, mr: number): void {
-    const r = this.subs[t];
-    if (r.overflow.length === 0 && r.room() > 0) r.putOfiRecv(lane, link, op, hi, lo, len, mr);
-    else this.submitOfi(t, lane, link, op, SubKind.OFI_RECV, hi, lo, len, mr, 0, 0, 0, 0, 0, -1);
+    this.submitOfi(t, lane, link, op, SubKind.OFI_RECV, hi, lo, len, mr, 0, 0, 0, 0, 0, -1);
   }
 
   /**

@@ -3,7 +3,7 @@
 // that I/O thread (TSN_SUB_OFI_*); their completions come back through the port, one at a time,
 // and are handed to the endpoint as batches of one (reused objects: nothing is allocated per
 // completion). Registrations are numbered natively; a registration's number is its desc.
-import { ADDR_SPLIT } from '../../addr';
+import { hiOf, loOf } from '../../addr';
 import { type CqeHandler, type EngineBinding, type Port } from '../../engine/port';
 import { OP_REMOTE, SubKind } from '../../engine/records';
 import { NetError } from '../../errors';
@@ -248,8 +248,7 @@ export class NativeRail implements Rail, CqeHandler {
 
   postRecv(buf: HostBuffer, offset: number, len: number, token: number): void {
     const a = buf.addr + offset;
-    const hi = Math.floor(a / ADDR_SPLIT);
-    this.port.submitOfiRecv(this.thread, this.lane, this.link, token, hi, a - hi * ADDR_SPLIT, len, buf.reg.desc);
+    this.port.submitOfiRecv(this.thread, this.lane, this.link, token, hiOf(a), loOf(a), len, buf.reg.desc);
   }
 
   send(peer: number, hi: number, lo: number, len: number, desc: number, imm: number, token: number): void {
