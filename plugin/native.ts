@@ -2,6 +2,7 @@
 import type { LaneBinding } from './engine/native-link';
 import type { WakeDelays } from './stats';
 import type { OfiBinding } from './transports/ofi/native-rail';
+import type { DialBinding } from './transports/tcp/dial';
 
 export interface Handlers {
   /** A control call from NCCL: answers synchronously with { result, ... }. */
@@ -19,7 +20,7 @@ export interface Started {
   thread: number;
 }
 
-export interface Binding extends LaneBinding, OfiBinding {
+export interface Binding extends LaneBinding, OfiBinding, DialBinding {
   /** This protocol thread's index (also in start()'s answer). */
   readonly thread: number;
   start(h: Handlers): Started;

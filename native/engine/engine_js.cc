@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <immintrin.h>
 #include <napi.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -17,9 +18,11 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "../binding.h"
 #include "../internal.h"
@@ -146,6 +149,306 @@ Napi::Value IoPort(const Napi::CallbackInfo& info) {
   out.Set("sleeping", Napi::Int32Array::New(env, n, view(env, E->sleeping, sizeof(int32_t) * kMaxIoThreads), 0));
   out.Set("port", p);
   return out;
+}
+
+// --- a TCP connect's handshake without Node's sockets (plugin/transports/tcp/dial.ts) ---
+// Each call is one non-blocking system call on the protocol thread, made from a connect call
+// of NCCL's or the watchdog's tick, so no step waits for a pass of Node's event loop. Failures
+// come back as -errno (tcpDial: { errno, syscall }) for the plugin to word.
+
+// A numeric address (IPv4, or IPv6 with an optional %scope) and port, or false.
+bool numericAddress(const std::string& host, int port, sockaddr_storage* out, socklen_t* len) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || !res) return false;
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return true;
+}
+
+Napi::Value dialFailed(Napi::Env env, int err, const char* syscall) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("errno", -err);
+  o.Set("syscall", syscall);
+  return o;
+}
+
+// tcpDial(address, port, local?): a non-blocking, close-on-exec TCP socket (TCP_NODELAY) whose
+// connect to address:port has begun, bound first to local (port 0) when given. Returns its fd,
+// or { errno, syscall } when a call failed (the socket is closed then).
+Napi::Value TcpDial(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double portD;
+  if (info.Length() < 2 || !info[0].IsString() || !number(info, 1, &portD) || (info.Length() > 2 && !info[2].IsString() && !info[2].IsUndefined()))
+    return fail(env, "tcpDial(address, port, local?) needs an address, a port and an optional local address");
+  std::string host = info[0].As<Napi::String>().Utf8Value();
+  int port = static_cast<int>(portD);
+  if (portD != port || port < 0 || port > 65535) return fail(env, "tcpDial: the port must be 0..65535", true);  // 0: the kernel refuses
+  sockaddr_storage to{}, from{};
+  socklen_t toLen = 0, fromLen = 0;
+  if (!numericAddress(host, port, &to, &toLen)) return fail(env, "tcpDial: " + host + " is not a numeric address", true);
+  bool bindFirst = info.Length() > 2 && info[2].IsString();
+  if (bindFirst) {
+    std::string local = info[2].As<Napi::String>().Utf8Value();
+    if (!numericAddress(local, 0, &from, &fromLen)) return fail(env, "tcpDial: " + local + " is not a numeric address", true);
+  }
+  int fd = socket(to.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return dialFailed(env, errno, "socket");
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (bindFirst && bind(fd, reinterpret_cast<sockaddr*>(&from), fromLen) < 0) {
+    int err = errno;
+    close(fd);
+    return dialFailed(env, err, "bind");
+  }
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), toLen) < 0 && errno != EINPROGRESS) {
+    int err = errno;
+    close(fd);
+    return dialFailed(env, err, "connect");
+  }
+  return Napi::Number::New(env, fd);
+}
+
+int fdArg(const Napi::CallbackInfo& info) {
+  double fd;
+  if (!number(info, 0, &fd) || fd < 0 || fd != static_cast<int>(fd)) return -1;
+  return static_cast<int>(fd);
+}
+
+// tcpDialed(fd): 1 once the connect completed, 0 while it is in progress, -errno when it failed.
+Napi::Value TcpDialed(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = fdArg(info);
+  if (fd < 0) return fail(env, "tcpDialed(fd) needs a file descriptor");
+  pollfd p{fd, POLLOUT, 0};
+  int n = poll(&p, 1, 0);
+  if (n < 0) return Napi::Number::New(env, -errno);
+  if (n == 0) return Napi::Number::New(env, 0);
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) return Napi::Number::New(env, -errno);
+  if (err) return Napi::Number::New(env, -err);
+  if (p.revents & POLLNVAL) return Napi::Number::New(env, -EBADF);
+  // Connected and already shut both ways (a listener that closed it at once), or an error
+  // read before: either way not a socket to greet on.
+  if (p.revents & (POLLHUP | POLLERR)) return Napi::Number::New(env, -ECONNRESET);
+  return Napi::Number::New(env, p.revents & POLLOUT ? 1 : 0);
+}
+
+// The bytes of a Uint8Array argument, or false after throwing.
+bool bytesArg(const Napi::CallbackInfo& info, size_t i, const char* fn, uint8_t** p, size_t* n) {
+  if (info.Length() <= i || !info[i].IsTypedArray() || info[i].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+    fail(info.Env(), std::string(fn) + ": the second argument must be a Uint8Array");
+    return false;
+  }
+  Napi::Uint8Array a = info[i].As<Napi::Uint8Array>();
+  *p = a.Data();
+  *n = a.ByteLength();
+  return true;
+}
+
+// One send(2) or recv(2) of a Uint8Array's bytes without blocking: the bytes moved (recv: 0 when
+// the peer closed), or -errno (-EAGAIN: not now).
+Napi::Value fdMove(const Napi::CallbackInfo& info, const char* fn, bool out) {
+  Napi::Env env = info.Env();
+  int fd = fdArg(info);
+  uint8_t* p;
+  size_t n;
+  if (fd < 0) return fail(env, std::string(fn) + " needs a file descriptor");
+  if (!bytesArg(info, 1, fn, &p, &n)) return env.Undefined();
+  ssize_t r = out ? send(fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL) : recv(fd, p, n, MSG_DONTWAIT);
+  return Napi::Number::New(env, r < 0 ? -errno : static_cast<double>(r));
+}
+
+// fdSend(fd, bytes): what send(2) took (MSG_NOSIGNAL). fdRecv(fd, into): what recv(2) read into
+// the array, never more than it holds.
+Napi::Value FdSend(const Napi::CallbackInfo& info) { return fdMove(info, "fdSend", true); }
+Napi::Value FdRecv(const Napi::CallbackInfo& info) { return fdMove(info, "fdRecv", false); }
+
+// tcpListen(): a non-blocking, close-on-exec TCP socket listening on every address (IPv6 and
+// IPv4 where the host has IPv6, else IPv4) on a port the kernel picks, backlog 1024: { fd, port },
+// or { errno, syscall }.
+Napi::Value TcpListen(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_storage a{};
+  socklen_t len;
+  if (fd >= 0) {
+    int zero = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&a);
+    a6->sin6_family = AF_INET6;
+    a6->sin6_addr = in6addr_any;
+    len = sizeof *a6;
+  } else if (errno == EAFNOSUPPORT) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&a);
+    a4->sin_family = AF_INET;
+    a4->sin_addr.s_addr = htonl(INADDR_ANY);
+    len = sizeof *a4;
+  }
+  if (fd < 0) return dialFailed(env, errno, "socket");
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) < 0 || listen(fd, 1024) < 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) < 0) {
+    int err = errno;
+    close(fd);
+    return dialFailed(env, err, "listen");
+  }
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("fd", fd);
+  o.Set("port", ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port));  // sin6_port: the same offset
+  return o;
+}
+
+// "address:port" of a socket address (IPv4-mapped IPv6 written as Node writes it).
+std::string addressText(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN + 8] = "?";
+  char serv[16] = "?";
+  getnameinfo(reinterpret_cast<const sockaddr*>(&a), a.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in), host,
+              sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV);
+  return std::string(host) + ":" + serv;
+}
+
+// A descriptor kept open to be closed when the process is out of them: the listener then takes
+// the waiting connection and closes it, so that its connector fails at once instead of at its
+// timeout (libuv's way, which Node's listeners had).
+thread_local int tReserveFd = -2;
+
+// tcpAccept(fd): the next waiting connection, non-blocking and close-on-exec: { fd, from }, or
+// -errno (-EAGAIN: none waits). Out of descriptors (-EMFILE, -ENFILE) that connection was closed.
+Napi::Value TcpAccept(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int lfd = fdArg(info);
+  if (lfd < 0) return fail(env, "tcpAccept(fd) needs a file descriptor");
+  if (tReserveFd == -2) tReserveFd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  int fd = accept4(lfd, reinterpret_cast<sockaddr*>(&a), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if ((err == EMFILE || err == ENFILE) && tReserveFd >= 0) {
+      close(tReserveFd);
+      int c = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) close(c);
+      tReserveFd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    return Napi::Number::New(env, -err);
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("fd", fd);
+  o.Set("from", addressText(a));
+  return o;
+}
+
+// --- watching a socket from the protocol thread's event loop ---
+// fdWatch(fd, writable): calls the handler set by fdWatchHandler(fn) with the watch's id
+// whenever fd is readable (or writable, or in error) until fdUnwatch(id), which must come before
+// the fd is closed. The handler gets (id) in a callback of its own (node::MakeCallback).
+struct WatchedFd {
+  uv_poll_t h;
+  uint32_t id;
+};
+struct Watches {
+  napi_env env = nullptr;
+  napi_ref handler = nullptr;
+  napi_async_context async = nullptr;
+  uint32_t next = 1;
+  std::unordered_map<uint32_t, WatchedFd*> live;
+};
+thread_local Watches* tWatches = nullptr;
+
+void onWatched(uv_poll_t* h, int, int) {
+  Watches* w = tWatches;
+  auto* fw = static_cast<WatchedFd*>(h->data);
+  if (!w || !w->handler) return;
+  Napi::Env env(w->env);
+  Napi::HandleScope scope(env);
+  napi_value fn, recv, arg, res;
+  napi_get_reference_value(w->env, w->handler, &fn);
+  napi_get_global(w->env, &recv);
+  napi_create_uint32(w->env, fw->id, &arg);
+  if (napi_make_callback(w->env, w->async, recv, fn, 1, &arg, &res) != napi_ok) {
+    // The handler catches what the plugin throws: this is the binding failing. The watch stops,
+    // so that a socket that stays ready cannot repeat it on every pass of the loop; the
+    // connection then waits for its connect or accept calls and the watchdog's tick.
+    std::string why = env.IsExceptionPending() ? env.GetAndClearPendingException().Message() : "no reason given";
+    uv_poll_stop(h);
+    log(kLogWarn, "a socket's watch (id %u) failed to call the plugin: %s; it is stopped", fw->id, why.c_str());
+  }
+}
+
+Napi::Value FdWatchHandler(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsFunction()) return fail(env, "fdWatchHandler(fn) needs a function");
+  if (!tWatches) tWatches = new Watches();
+  Watches* w = tWatches;
+  if (w->handler) napi_delete_reference(env, w->handler);
+  w->env = env;
+  napi_create_reference(env, info[0], 1, &w->handler);
+  if (!w->async) {
+    napi_value name;
+    napi_create_string_utf8(env, "tsnet-fd-watch", NAPI_AUTO_LENGTH, &name);
+    napi_async_init(env, nullptr, name, &w->async);
+  }
+  return env.Undefined();
+}
+
+Napi::Value FdWatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int fd = fdArg(info);
+  if (fd < 0 || info.Length() < 2 || !info[1].IsBoolean()) return fail(env, "fdWatch(fd, writable) needs a file descriptor and a boolean");
+  if (!tWatches || !tWatches->handler) return fail(env, "fdWatch: call fdWatchHandler first");
+  uv_loop_t* loop = nullptr;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || !loop) return fail(env, "fdWatch: no event loop");
+  auto* fw = new WatchedFd();
+  fw->id = tWatches->next++;
+  if (tWatches->next == 0) tWatches->next = 1;
+  int rc = uv_poll_init(loop, &fw->h, fd);
+  if (rc != 0) {
+    delete fw;
+    return sysFail(env, "fdWatch", -rc);
+  }
+  fw->h.data = fw;
+  rc = uv_poll_start(&fw->h, UV_READABLE | (info[1].As<Napi::Boolean>().Value() ? UV_WRITABLE : 0), onWatched);
+  if (rc != 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&fw->h), [](uv_handle_t* h) { delete static_cast<WatchedFd*>(h->data); });
+    return sysFail(env, "fdWatch", -rc);
+  }
+  uv_unref(reinterpret_cast<uv_handle_t*>(&fw->h));  // a handshake keeps no process alive
+  tWatches->live[fw->id] = fw;
+  return Napi::Number::New(env, fw->id);
+}
+
+// fdWatchWritable(id, writable): whether the watch also wakes for writable (a connect done).
+Napi::Value FdWatchWritable(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double id;
+  if (!number(info, 0, &id) || info.Length() < 2 || !info[1].IsBoolean()) return fail(env, "fdWatchWritable(id, writable) needs an id and a boolean");
+  if (!tWatches) return env.Undefined();
+  auto it = tWatches->live.find(static_cast<uint32_t>(id));
+  if (it == tWatches->live.end()) return env.Undefined();
+  uv_poll_start(&it->second->h, UV_READABLE | (info[1].As<Napi::Boolean>().Value() ? UV_WRITABLE : 0), onWatched);
+  return env.Undefined();
+}
+
+Napi::Value FdUnwatch(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  double id;
+  if (!number(info, 0, &id)) return fail(env, "fdUnwatch(id) needs an id");
+  if (!tWatches) return env.Undefined();
+  auto it = tWatches->live.find(static_cast<uint32_t>(id));
+  if (it == tWatches->live.end()) return env.Undefined();
+  WatchedFd* fw = it->second;
+  tWatches->live.erase(it);
+  uv_poll_stop(&fw->h);
+  uv_close(reinterpret_cast<uv_handle_t*>(&fw->h), [](uv_handle_t* h) { delete static_cast<WatchedFd*>(h->data); });
+  return env.Undefined();
 }
 
 // ioAdopt(fd, thread, link, rxBytes): takes over a connected stream socket (dup'd; the caller
@@ -683,6 +986,16 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("fdNote", Napi::Function::New(e, FdNote, "fdNote"));
   o.Set("ioPort", Napi::Function::New(e, IoPort, "ioPort"));
   o.Set("ioAdopt", Napi::Function::New(e, IoAdopt, "ioAdopt"));
+  o.Set("tcpDial", Napi::Function::New(e, TcpDial, "tcpDial"));
+  o.Set("tcpDialed", Napi::Function::New(e, TcpDialed, "tcpDialed"));
+  o.Set("fdSend", Napi::Function::New(e, FdSend, "fdSend"));
+  o.Set("fdRecv", Napi::Function::New(e, FdRecv, "fdRecv"));
+  o.Set("tcpListen", Napi::Function::New(e, TcpListen, "tcpListen"));
+  o.Set("tcpAccept", Napi::Function::New(e, TcpAccept, "tcpAccept"));
+  o.Set("fdWatchHandler", Napi::Function::New(e, FdWatchHandler, "fdWatchHandler"));
+  o.Set("fdWatch", Napi::Function::New(e, FdWatch, "fdWatch"));
+  o.Set("fdWatchWritable", Napi::Function::New(e, FdWatchWritable, "fdWatchWritable"));
+  o.Set("fdUnwatch", Napi::Function::New(e, FdUnwatch, "fdUnwatch"));
   o.Set("ioWake", Napi::Function::New(e, IoWake, "ioWake"));
   o.Set("ioSetDirectIdle", Napi::Function::New(e, IoSetDirectIdle, "ioSetDirectIdle"));
   o.Set("ioWriteNow", Napi::Function::New(e, IoWriteNow, "ioWriteNow"));

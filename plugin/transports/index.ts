@@ -10,6 +10,7 @@ import type { OfiBinding } from './ofi/native-rail';
 import { chooseRails } from './ofi/policy/rails';
 import { OfiTransport, openOfi } from './ofi/transport';
 import { TcpTransport } from './tcp';
+import type { DialBinding } from './tcp/dial';
 import type { Transport } from './transport';
 
 /** Free bytes in /dev/shm, or undefined where it cannot be read. */
@@ -23,7 +24,7 @@ function devShmFree(): number | undefined {
 }
 
 /** thread: this protocol thread (thread 0 logs what the process shares). */
-export function makeTransport(config: Config, regions: Regions, binding: LaneBinding & OfiBinding, port: () => Port, thread: number): Transport {
+export function makeTransport(config: Config, regions: Regions, binding: LaneBinding & OfiBinding & DialBinding, port: () => Port, thread: number): Transport {
   if (config.transport === 'loopback') return new LoopbackTransport(config, regions);
   if (config.transport === 'ofi') {
     const opened = openOfi(binding, config.ofi!.cudaApi, config.ofi!.dmabuf, config.ofi!.checkSender, config.ofi!.bell);

@@ -318,9 +318,10 @@ describe.skipIf(!!missing)('tcp: connections', () => {
     const a = side(BASE);
     const b = side(BASE);
     const l = listen(a);
-    // Before any turn of the event loop nothing can be up.
+    // The connect's first call cannot return its comm: the listener has not answered yet. (Its
+    // sockets connect and greet at once over loopback, so the listener's first accept call may
+    // already take the connection.)
     expect(b.call('connect', { ctx: b.ctx, dev: 0, handle: l.handle })).toEqual({ comm: 0 });
-    expect(a.call('accept', { listen: l.listen })).toEqual({ comm: 0 });
     const { send, recv } = await handshake(a, b, l.listen, l.handle);
     expect(send).toBeGreaterThan(0);
     expect(recv).toBeGreaterThan(0);

@@ -1,12 +1,13 @@
 // The TCP transport. A comm is one control socket plus N data sockets; listen fills the
 // handle with the device's addresses, a port and a random nonce; connect/accept are
-// non-blocking state machines that NCCL's retries drive. Every new socket greets with a
+// non-blocking: the sockets' watches on the protocol thread's event loop (dial.ts, watch.ts,
+// no Node sockets) move the handshake on, and NCCL's retries take the comm once it is up.
+// Every new socket greets with a
 // HELLO (magic, protocol version, nonce, connection id) and is refused otherwise (a WARN
 // for the first few, then a count: refusals.ts), so a stranger on the port never becomes a
 // comm nor breaks the listener.
 import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import { monoMs } from '../../clock';
 import type { Config } from '../../config';
 import type { LaneBinding } from '../../engine/native-link';
@@ -20,77 +21,31 @@ import { guidText } from '../guid';
 import { recvComm, sendComm } from '../stream';
 import { type CommHooks, type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type RecvComm, type SendComm, type Transport } from '../transport';
 import { type NetDevice, discoverDevices } from './devices';
+import { Dial, type DialBinding, EAGAIN, dialError } from './dial';
 import { RefusalLog } from './refusals';
+import { FdWatches } from './watch';
 import { HELLO_BYTES, type Hello, Role, decodeHandle, decodeHello, encodeHandle, encodeHello } from './wire';
 
 /** The native engine a TCP link's sockets are handed to. */
 export interface TcpIo {
-  binding: LaneBinding;
+  binding: LaneBinding & DialBinding;
   port: Port;
 }
 
-/** The fd of a connected, paused Node socket with nothing buffered either way. */
-function fdOf(s: net.Socket): number {
-  const fd = (s as unknown as { _handle?: { fd?: number } })._handle?.fd;
-  if (typeof fd !== 'number' || fd < 0) throw internalError('the socket has no file descriptor (not connected?)');
-  if (s.readableLength > 0) throw internalError(`${s.readableLength} unread bytes wait in a Node socket being handed over`);
-  if (s.writableLength > 0) throw internalError(`${s.writableLength} bytes are still queued in a Node socket being handed over`);
-  return fd;
-}
-
-/** Hands the sockets (control first) to the native engine as one link; Node's sockets go. */
-function adopt(io: TcpIo, socks: net.Socket[], policy: SchedulePolicy, what: string, rxBytes: number): StreamLink {
-  const link = new NativeLink(io.port, io.binding, socks.map(fdOf), policy, what, rxBytes);
-  for (const s of socks) s.destroy(); // closes Node's fds only: the engine holds dups
-  return link;
-}
-
-/**
- * The listener's side: reads the greeting (HELLO_BYTES), then leaves the socket paused with
- * nothing buffered. It reads greedily: a connector sends nothing after its greeting before it
- * has every ACK, so more bytes are a stranger's. Returns what gives up on it (the listener's
- * tick, when no greeting came in time): the socket is destroyed and cb gets the error.
- */
-function readHello(sock: net.Socket, cb: (err: Error | undefined, h?: Hello) => void): (err: Error) => void {
-  const parts: Buffer[] = [];
-  let have = 0;
-  let done = false;
-  const finish = (err?: Error, h?: Hello) => {
-    if (done) return;
-    done = true;
-    sock.removeListener('data', onData);
-    sock.removeListener('error', onError);
-    sock.removeListener('end', onEnd);
-    if (err) sock.destroy();
-    cb(err, h);
-  };
-  const onData = (c: Buffer) => {
-    parts.push(c);
-    have += c.length;
-    if (have < HELLO_BYTES) return;
-    sock.pause();
-    // Stop reading now: the next bytes belong to whoever takes the socket over.
-    const handle = (sock as unknown as { _handle?: { readStop(): void; reading: boolean } })._handle;
-    if (handle) {
-      handle.readStop();
-      handle.reading = false;
-    }
-    if (have > HELLO_BYTES) return finish(new Error(`${have - HELLO_BYTES} unexpected bytes after the greeting`));
-    const h = decodeHello(Buffer.concat(parts));
-    if (typeof h === 'string') finish(new Error(h));
-    else finish(undefined, h);
-  };
-  const onError = (e: Error) => finish(e);
-  const onEnd = () => finish(new Error('closed before greeting'));
-  sock.on('data', onData);
-  sock.on('error', onError);
-  sock.on('end', onEnd);
-  return (err) => finish(err);
+interface Greeting {
+  fd: number;
+  watch: number;
+  /** Who it is (for the refusal's WARN), and since when it is awaited (monoMs). */
+  from: string;
+  since: number;
+  /** The greeting, and room to see that more came than a greeting. */
+  buf: Buffer;
+  have: number;
 }
 
 interface Incoming {
   hello?: Hello; // the control socket's
-  socks: (net.Socket | undefined)[];
+  fds: (number | undefined)[];
   lanes: number;
   /** When its first socket greeted (monoMs), and the same on the µs clock of lastAccept (performance.now(), ms). */
   since: number;
@@ -100,27 +55,19 @@ interface Incoming {
 }
 
 // A listener whose process is out of file descriptors takes each connection and closes it at
-// once, saying nothing (libuv's way out of EMFILE); the connector sees only the close.
+// once (tcpAccept, as libuv did for Node's listeners); the connector sees only the close.
 const DROPPED = ' (the listener closed it, or its process is out of file descriptors: then it drops connections without a word)';
 
-/** EMFILE or ENFILE where the process cannot open a file now; else undefined. */
-function outOfDescriptors(): string | undefined {
-  try {
-    fs.closeSync(fs.openSync('/dev/null', 'r'));
-    return undefined;
-  } catch (e) {
-    const code = (e as NodeJS.ErrnoException).code;
-    return code === 'EMFILE' || code === 'ENFILE' ? code : undefined;
-  }
-}
+const closeFd = (fd: number) => fs.closeSync(fd);
 
 class TcpListener implements Listener {
   readonly handle: Uint8Array;
-  private readonly server: net.Server;
+  private readonly fd: number;
+  private readonly watch: number;
   private readonly nonce = randomBytes(8);
   private readonly incoming = new Map<string, Incoming>();
-  /** Sockets whose greeting has not come yet: since when (monoMs), and what gives up on them. */
-  private readonly greeting = new Map<net.Socket, { since: number; giveUp: (err: Error) => void }>();
+  /** Sockets whose greeting has not come yet. */
+  private readonly greeting = new Map<number, Greeting>();
   /** Links ready for accept: how long their handshake took (µs) and since when they wait (performance.now(), ms). */
   private readonly ready: { link: StreamLink; handshakeUs: number; at: number }[] = [];
   lastAccept: { handshakeUs: number; waitedUs: number } | undefined;
@@ -130,32 +77,33 @@ class TcpListener implements Listener {
   constructor(
     private readonly dev: NetDevice,
     private readonly io: TcpIo,
+    private readonly watches: FdWatches,
     private readonly timeoutMs: number,
   ) {
     this.refusals = new RefusalLog(`listener on ${dev.name}`);
-    this.server = net.createServer((s) => this.greet(s));
-    this.server.on('error', (e) => {
-      if (!this.closed) log.warn(`listener on ${dev.name}: ${sysMessage(e)}`);
-    });
-    // Bound synchronously (no host name lookup), on every address: the handle names the device's.
-    this.server.listen({ port: 0, host: undefined, ipv6Only: false, backlog: 1024 });
-    const bound = this.server.address();
-    if (!bound || typeof bound === 'string') {
-      // Node reports why only at its next tick, after this call has answered NCCL: its error
-      // event is left unsaid, and the WARN names the likeliest cause where it is the cause.
-      this.closed = true;
+    // On every address: the handle names the device's.
+    const l = io.binding.tcpListen();
+    if ('errno' in l) {
+      const e = dialError(l.errno, l.syscall);
+      const out = e.code === 'EMFILE' || e.code === 'ENFILE' ? e.code : undefined;
       this.refusals.close();
-      this.server.close();
-      const out = outOfDescriptors();
-      throw systemError(`listen on ${dev.name}: no listening socket could be made${out ? `, the process is out of file descriptors${descriptorNote(out)}` : ''}`);
+      throw systemError(`listen on ${dev.name}: ${out ? `no listening socket could be made, the process is out of file descriptors${descriptorNote(out)}` : sysMessage(e)}`);
     }
-    const port = bound.port;
+    this.fd = l.fd;
+    try {
+      this.watch = watches.watch(l.fd, false, () => this.acceptAll());
+    } catch (e) {
+      closeFd(l.fd);
+      this.refusals.close();
+      throw e;
+    }
     this.handle = encodeHandle({
       nonce: this.nonce,
-      rails: dev.nics.map((n) => ({ family: n.family, address: n.address, port })),
+      rails: dev.nics.map((n) => ({ family: n.family, address: n.address, port: l.port })),
     });
   }
 
+  /** A comm ready for accept (the listening socket's watch takes the connections between calls). */
   accept(hooks: CommHooks): RecvComm | undefined {
     const r = this.ready.shift();
     if (!r) return undefined;
@@ -164,11 +112,12 @@ class TcpListener implements Listener {
   }
 
   close(): void {
+    if (this.closed) return;
     this.closed = true;
     this.refusals.close();
-    this.server.close();
-    for (const g of [...this.greeting.values()]) g.giveUp(new Error('the listener closed'));
-    this.greeting.clear();
+    this.watches.unwatch(this.watch);
+    closeFd(this.fd);
+    for (const g of [...this.greeting.values()]) this.dropGreeting(g);
     const waiting = this.incoming.size + this.ready.length;
     for (const inc of this.incoming.values()) this.drop(inc);
     this.incoming.clear();
@@ -182,8 +131,10 @@ class TcpListener implements Listener {
    * what came meanwhile is read first).
    */
   tick(now: number, _timeoutMs: number, judge: boolean): void {
-    if (!judge || this.closed) return;
-    for (const g of [...this.greeting.values()]) if (now - g.since > this.timeoutMs) g.giveUp(new Error(`no greeting within ${this.timeoutMs} ms`));
+    if (this.closed) return;
+    this.acceptAll();
+    if (!judge) return;
+    for (const g of [...this.greeting.values()]) if (now - g.since > this.timeoutMs) this.refuseGreeting(g, `no greeting within ${this.timeoutMs} ms`);
     for (const [key, inc] of [...this.incoming]) {
       if (now - inc.since <= this.timeoutMs) continue;
       this.refusals.refuse(inc.from, `connection ${key} did not complete within ${this.timeoutMs} ms`);
@@ -192,80 +143,129 @@ class TcpListener implements Listener {
     }
   }
 
-  private greet(s: net.Socket): void {
-    s.setNoDelay(true);
-    const from = `${s.remoteAddress}:${s.remotePort}`;
-    const giveUp = readHello(s, (err, h) => {
-      this.greeting.delete(s);
-      if (this.closed) return s.destroy();
-      const refuse = (why: string) => {
-        this.refusals.refuse(from, why);
-        s.destroy();
-      };
-      if (err || !h) return refuse(err?.message ?? 'no greeting');
-      if (!h.nonce.equals(this.nonce)) return refuse('wrong nonce (a stale handle or a stranger)');
-      if (h.role === Role.ACK || h.lane > h.lanes) return refuse(`bad greeting (role ${h.role}, lane ${h.lane} of ${h.lanes})`);
-      const key = h.connId.toString('hex');
-      let inc = this.incoming.get(key);
-      if (!inc) {
-        inc = { socks: new Array(1 + h.lanes).fill(undefined), lanes: h.lanes, since: monoMs(), t0: performance.now(), from };
-        this.incoming.set(key, inc);
+  /** Takes every waiting connection, and reads the greetings already there. */
+  private acceptAll(): void {
+    while (!this.closed) {
+      const a = this.io.binding.tcpAccept(this.fd);
+      if (typeof a !== 'number') {
+        this.greet(a.fd, a.from);
+        continue;
       }
-      const index = h.role === Role.CONTROL ? 0 : 1 + h.lane;
-      if (h.lanes !== inc.lanes || index >= inc.socks.length || inc.socks[index]) return refuse('greeting does not fit its connection');
-      inc.socks[index] = s;
-      if (h.role === Role.CONTROL) inc.hello = h;
-      if (inc.hello && inc.socks.every(Boolean)) {
-        this.incoming.delete(key);
-        this.complete(inc, inc.hello);
-      }
-    });
-    this.greeting.set(s, { since: monoMs(), giveUp });
+      if (a === EAGAIN) return;
+      const e = dialError(a, 'accept');
+      // Out of descriptors, the connection was closed (its connector fails at once, DROPPED).
+      if (e.code === 'EMFILE' || e.code === 'ENFILE') this.refusals.refuse('a peer', `${sysMessage(e)}; the connection was closed`);
+      else if (e.code !== 'ECONNABORTED' && e.code !== 'EINTR') log.warn(`listener on ${this.dev.name}: ${sysMessage(e)}`);
+      return; // the watch calls again while connections wait
+    }
+  }
+
+  private greet(fd: number, from: string): void {
+    const g: Greeting = { fd, watch: 0, from, since: monoMs(), buf: Buffer.alloc(HELLO_BYTES + 64), have: 0 };
+    try {
+      g.watch = this.watches.watch(fd, false, () => this.readGreeting(g));
+    } catch (e) {
+      closeFd(fd);
+      return this.refusals.refuse(from, sysMessage(e as Error));
+    }
+    this.greeting.set(fd, g);
+    this.readGreeting(g); // it is usually there already
+  }
+
+  /**
+   * Reads the greeting (HELLO_BYTES) greedily: a connector sends nothing after its greeting
+   * before it has every ACK, so more bytes are a stranger's. Then the socket waits, unwatched,
+   * with nothing read past the greeting, for the rest of its connection.
+   */
+  private readGreeting(g: Greeting): void {
+    if (!this.greeting.has(g.fd)) return;
+    while (g.have < g.buf.length) {
+      const n = this.io.binding.fdRecv(g.fd, g.buf.subarray(g.have));
+      if (n === EAGAIN) break;
+      if (n === 0) return this.refuseGreeting(g, 'closed before greeting');
+      if (n < 0) return this.refuseGreeting(g, sysMessage(dialError(n, 'read')));
+      g.have += n;
+    }
+    if (g.have < HELLO_BYTES) return;
+    if (g.have > HELLO_BYTES) return this.refuseGreeting(g, `${g.have - HELLO_BYTES} unexpected bytes after the greeting`);
+    this.greeting.delete(g.fd);
+    this.watches.unwatch(g.watch);
+    const h = decodeHello(g.buf.subarray(0, HELLO_BYTES));
+    const refuse = (why: string) => {
+      this.refusals.refuse(g.from, why);
+      closeFd(g.fd);
+    };
+    if (typeof h === 'string') return refuse(h);
+    if (!h.nonce.equals(this.nonce)) return refuse('wrong nonce (a stale handle or a stranger)');
+    if (h.role === Role.ACK || h.lane > h.lanes) return refuse(`bad greeting (role ${h.role}, lane ${h.lane} of ${h.lanes})`);
+    const key = h.connId.toString('hex');
+    let inc = this.incoming.get(key);
+    if (!inc) {
+      inc = { fds: new Array(1 + h.lanes).fill(undefined), lanes: h.lanes, since: monoMs(), t0: performance.now(), from: g.from };
+      this.incoming.set(key, inc);
+    }
+    const index = h.role === Role.CONTROL ? 0 : 1 + h.lane;
+    if (h.lanes !== inc.lanes || index >= inc.fds.length || inc.fds[index] !== undefined) return refuse('greeting does not fit its connection');
+    inc.fds[index] = g.fd;
+    if (h.role === Role.CONTROL) inc.hello = h;
+    if (inc.hello && inc.fds.every((x) => x !== undefined)) {
+      this.incoming.delete(key);
+      this.complete(inc, inc.hello);
+    }
+  }
+
+  private refuseGreeting(g: Greeting, why: string): void {
+    this.dropGreeting(g);
+    this.refusals.refuse(g.from, why);
+  }
+
+  private dropGreeting(g: Greeting): void {
+    this.greeting.delete(g.fd);
+    this.watches.unwatch(g.watch);
+    closeFd(g.fd);
   }
 
   private complete(inc: Incoming, h: Hello): void {
-    const socks = inc.socks as net.Socket[];
+    const fds = inc.fds as number[];
     const [eager, stripes, laneChoice] = [byId(EAGER_POLICIES, h.policies[0]), byId(STRIPE_POLICIES, h.policies[1]), byId(LANE_POLICIES, h.policies[2])];
     if (!eager || !stripes || !laneChoice) {
-      this.refusals.refuse(`${socks[0].remoteAddress}`, `the sender asks for policies ${h.policies.join('/')}, which this tsnet does not know`);
-      socks.forEach((s) => s.destroy());
-      return;
+      this.refusals.refuse(inc.from, `the sender asks for policies ${h.policies.join('/')}, which this tsnet does not know`);
+      return this.drop(inc);
     }
     const policy: SchedulePolicy = { eagerMax: h.eagerMax, minStripe: h.minStripe, lanes: h.lanes, eager, stripes, laneChoice };
-    // The ACK goes through Node before the sockets are handed over: once every one is written,
-    // no byte is left in Node, and the connector sends nothing before it has them all.
+    // The engine takes the sockets first (it dups each: a process out of descriptors fails here,
+    // and the connector, with no ACK, fails its connect), then the ACKs go, in the same turn:
+    // nothing can be written on the link before them. A new socket has room for 48 bytes.
+    const what = `${inc.from.replace(/:\d+$/, '')} -> ${this.dev.name}, ${h.lanes} data socket(s)`;
+    let link: StreamLink;
+    try {
+      link = new NativeLink(this.io.port, this.io.binding, fds, policy, what, recvRingBytes(h.eagerMax));
+    } catch (e) {
+      log.warn(`listener on ${this.dev.name}: ${(e as Error).message}`);
+      return this.drop(inc);
+    }
     const ack = encodeHello({ ...h, role: Role.ACK, status: 0 });
-    let left = socks.length;
-    const what = `${socks[0].remoteAddress} -> ${this.dev.name}, ${h.lanes} data socket(s)`;
-    for (const s of socks)
-      s.write(ack, (err) => {
-        if (err) {
-          log.warn(`listener on ${this.dev.name}: a connection from ${socks[0].remoteAddress} failed during its handshake: ${sysMessage(err)}`);
-          socks.forEach((x) => x.destroy());
-          left = -1;
-          return;
-        }
-        if (--left !== 0) return;
-        if (this.closed) return socks.forEach((x) => x.destroy()); // closed during the handshake
-        try {
-          const link = adopt(this.io, socks, policy, what, recvRingBytes(h.eagerMax));
-          const at = performance.now();
-          this.ready.push({ link, handshakeUs: (at - inc.t0) * 1000, at });
-        } catch (e) {
-          log.warn(`listener on ${this.dev.name}: ${(e as Error).message}`);
-          socks.forEach((x) => x.destroy());
-        }
-      });
+    for (const fd of fds) {
+      const w = this.io.binding.fdSend(fd, ack);
+      if (w === ack.length) continue;
+      const why = w < 0 ? sysMessage(dialError(w, 'write')) : `the ACK took ${w} of ${ack.length} bytes`;
+      log.warn(`listener on ${this.dev.name}: a connection from ${inc.from} failed during its handshake: ${why}`);
+      link.close(false);
+      return this.drop(inc);
+    }
+    fds.forEach(closeFd); // the engine holds dups
+    const at = performance.now();
+    this.ready.push({ link, handshakeUs: (at - inc.t0) * 1000, at });
   }
 
-  private drop(inc: Incoming | undefined): void {
-    if (!inc) return;
-    inc.socks.forEach((s) => s?.destroy());
+  private drop(inc: Incoming): void {
+    for (const fd of inc.fds) if (fd !== undefined) closeFd(fd);
+    inc.fds.fill(undefined);
   }
 }
 
 class TcpConnector implements Connector {
-  private readonly socks: net.Socket[] = [];
+  private readonly dials: Dial[] = [];
   private acked = 0;
   private failed: NetError | undefined;
   private link: StreamLink | undefined;
@@ -274,62 +274,31 @@ class TcpConnector implements Connector {
   private readonly since = monoMs();
   readonly timing: { begun: number; ready?: number } = { begun: performance.now() };
   private readonly to: string;
+  private readonly nonce: Buffer;
 
   constructor(
     dev: NetDevice,
     handle: Uint8Array,
     private readonly policy: SchedulePolicy,
     private readonly io: TcpIo,
+    watches: FdWatches,
     private readonly timeoutMs: number,
   ) {
     const h = decodeHandle(handle);
     this.to = `${h.rails[0].address}:${h.rails[0].port}`;
+    this.nonce = h.nonce;
     const connId = randomBytes(8);
     const policies: [number, number, number] = [policy.eager.id, policy.stripes.id, policy.laneChoice.id];
     const base = { nonce: h.nonce, connId, lanes: policy.lanes, eagerMax: policy.eagerMax, minStripe: policy.minStripe, status: 0, policies };
     const multi = dev.nics.length > 1 || h.rails.length > 1;
-    for (let i = 0; i <= policy.lanes; i++) {
+    for (let i = 0; i <= policy.lanes && !this.failed; i++) {
       // Socket i rides rail i mod rails: a multi-NIC device spreads its sockets over its NICs.
       const rail = h.rails[i % h.rails.length];
       const nic = dev.nics[i % dev.nics.length];
-      // The answer is read in place, and not a byte further: the listener's side may write its
-      // first frames (a CLOSE, a heartbeat) as soon as it has its comm, before this side has read
-      // the ACK. Those bytes belong to the link: they stay in the kernel for the engine. (A
-      // greedy read took them with the ACK and failed the connect: "unexpected bytes after the
-      // greeting".)
-      const answer = Buffer.alloc(HELLO_BYTES);
-      let have = 0;
-      const s = net.connect({
-        host: rail.address,
-        port: rail.port,
-        localAddress: multi ? nic.address : undefined,
-        onread: {
-          buffer: () => answer.subarray(have < HELLO_BYTES ? have : 0),
-          callback: (n: number) => {
-            have += n;
-            if (have < HELLO_BYTES) return true;
-            const ack = decodeHello(answer);
-            // After this callback, which stops the reading: the last answer hands the socket over.
-            queueMicrotask(() => {
-              if (typeof ack === 'string') this.onAck(i, rail.address, new Error(ack));
-              else this.onAck(i, rail.address, undefined, ack, h.nonce);
-            });
-            return false; // stops reading before the next byte
-          },
-        },
-      });
-      s.setNoDelay(true);
       const greeting = encodeHello({ ...base, role: i === 0 ? Role.CONTROL : Role.DATA, lane: i === 0 ? 0 : i - 1 });
-      s.on('connect', () => s.write(greeting));
-      s.on('end', () => {
-        if (have < HELLO_BYTES) this.fail(systemError(`connect to ${rail.address}:${rail.port}: the listener closed socket ${i} before answering${DROPPED}`));
-      });
-      s.on('error', (e) => {
-        const reset = (e as NodeJS.ErrnoException).code === 'ECONNRESET' && have < HELLO_BYTES;
-        this.fail(systemError(`connect to ${rail.address}:${rail.port}: ${sysMessage(e)}${reset ? DROPPED : ''}`));
-      });
-      this.socks.push(s);
+      this.dials.push(new Dial(io.binding, watches, closeFd, rail.address, rail.port, multi ? nic.address : undefined, greeting, () => this.advance()));
     }
+    this.advance(); // on loopback the connects are done already: the greetings go now
   }
 
   /**
@@ -337,9 +306,15 @@ class TcpConnector implements Connector {
    * false (the first tick after the thread was held: an answer that came meanwhile is read first).
    */
   tick(now: number, _timeoutMs: number, judge: boolean): void {
+    this.advance();
     if (judge && now - this.since > this.timeoutMs) this.fail(systemError(`connect: no answer from ${this.to} within ${this.timeoutMs} ms`));
   }
 
+  /**
+   * The comm once ready. Its sockets' watches move the handshake on between calls, so a call
+   * only looks: NCCL calls every pending connect in turn, and system calls in each call would
+   * lengthen its rounds (docs/performance.md, item 43).
+   */
   poll(hooks: CommHooks): SendComm | undefined {
     if (this.failed) throw this.failed;
     if (!this.link || this.taken) return undefined;
@@ -348,23 +323,36 @@ class TcpConnector implements Connector {
   }
 
   close(): void {
-    this.socks.forEach((s) => s.destroy());
+    this.dials.forEach((d) => d.dispose());
     if (!this.taken) this.link?.close(false);
   }
 
-  private onAck(i: number, addr: string, err: Error | undefined, ack?: Hello, nonce?: Buffer): void {
-    if (this.failed) return;
-    if (err || !ack) return this.fail(systemError(`connect to ${addr}: ${err?.message ?? 'no answer'}`));
-    if (ack.role !== Role.ACK || !ack.nonce.equals(nonce!) || ack.status !== 0)
-      return this.fail(systemError(`connect to ${addr}: the listener refused socket ${i} (status ${ack.status})`));
-    if (++this.acked < this.socks.length) return;
-    for (const s of this.socks) {
-      s.removeAllListeners('error');
-      s.removeAllListeners('end');
+  /** Each socket's handshake as far as it goes now; the link once every one is answered. */
+  private advance(): void {
+    if (this.failed || this.link) return;
+    this.acked = 0;
+    for (let i = 0; i < this.dials.length; i++) {
+      const d = this.dials[i];
+      const to = `${d.address}:${d.port}`;
+      const s = d.step();
+      if (s.kind === 'waiting') continue;
+      if (s.kind === 'failed') return this.fail(systemError(`connect to ${to}: ${sysMessage(s.error)}`));
+      if (s.kind === 'closed') {
+        const how = s.error ? sysMessage(s.error) : `the listener closed socket ${i} before answering`;
+        return this.fail(systemError(`connect to ${to}: ${how}${DROPPED}`));
+      }
+      const ack = decodeHello(s.answer);
+      if (typeof ack === 'string') return this.fail(systemError(`connect to ${d.address}: ${ack}`));
+      if (ack.role !== Role.ACK || !ack.nonce.equals(this.nonce) || ack.status !== 0)
+        return this.fail(systemError(`connect to ${d.address}: the listener refused socket ${i} (status ${ack.status})`));
+      this.acked++;
     }
-    const to = `${this.socks[0].remoteAddress}:${this.socks[0].remotePort}`;
+    if (this.acked < this.dials.length) return;
+    const to = this.to;
     try {
-      this.link = adopt(this.io, this.socks, this.policy, `-> ${to}, ${this.policy.lanes} data socket(s)`, SEND_RING_BYTES);
+      const link = new NativeLink(this.io.port, this.io.binding, this.dials.map((d) => d.take()), this.policy, `-> ${to}, ${this.policy.lanes} data socket(s)`, SEND_RING_BYTES);
+      this.dials.forEach((d) => d.dispose()); // the engine holds dups
+      this.link = link;
       this.timing.ready = performance.now();
     } catch (e) {
       this.fail(e instanceof NetError ? e : systemError(`connect to ${to}: ${(e as Error).message}`));
@@ -374,7 +362,7 @@ class TcpConnector implements Connector {
   private fail(err: NetError): void {
     if (this.failed || this.link) return;
     this.failed = err;
-    this.socks.forEach((s) => s.destroy());
+    this.dials.forEach((d) => d.dispose());
   }
 }
 
@@ -385,6 +373,7 @@ export class TcpTransport implements Transport {
   readonly policy: SchedulePolicy;
   private readonly netDevices: NetDevice[];
   private readonly timeoutMs: number;
+  private readonly watches: FdWatches;
 
   constructor(
     config: Config,
@@ -399,14 +388,15 @@ export class TcpTransport implements Transport {
       log.info(`device ${d.name}: ${d.nics.map((n) => `${n.name} ${n.address}`).join(', ')}, ${d.speedMbps} Mbps, guid ${guidText(d.guid)}`);
     this.policy = configuredPolicy(config);
     this.timeoutMs = config.timeoutSec * 1000;
+    this.watches = FdWatches.of(io.binding);
   }
 
   listen(dev: number): Listener {
-    return new TcpListener(this.netDevices[dev], this.io, this.timeoutMs);
+    return new TcpListener(this.netDevices[dev], this.io, this.watches, this.timeoutMs);
   }
 
   connect(dev: number, handle: Uint8Array): Connector {
-    return new TcpConnector(this.netDevices[dev], handle, this.policy, this.io, this.timeoutMs);
+    return new TcpConnector(this.netDevices[dev], handle, this.policy, this.io, this.watches, this.timeoutMs);
   }
 
   poll(): void {
