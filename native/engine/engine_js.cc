@@ -200,6 +200,7 @@ Napi::Value TcpDial(const Napi::CallbackInfo& info) {
   if (fd < 0) return dialFailed(env, errno, "socket");
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (bindFirst) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as libuv binds
   if (bindFirst && bind(fd, reinterpret_cast<sockaddr*>(&from), fromLen) < 0) {
     int err = errno;
     close(fd);
@@ -292,6 +293,11 @@ Napi::Value TcpListen(const Napi::CallbackInfo& info) {
     len = sizeof *a4;
   }
   if (fd < 0) return dialFailed(env, errno, "socket");
+  // As libuv binds (Node's listeners had it): a port whose last connections linger in TIME_WAIT
+  // is free to take. Where thousands of comms share one address's ports (every rank of a host
+  // over loopback, five sockets a comm), the port space runs short, and each port counts.
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) < 0 || listen(fd, 1024) < 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) < 0) {
     int err = errno;

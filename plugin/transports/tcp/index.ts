@@ -87,7 +87,12 @@ class TcpListener implements Listener {
       const e = dialError(l.errno, l.syscall);
       const out = e.code === 'EMFILE' || e.code === 'ENFILE' ? e.code : undefined;
       this.refusals.close();
-      throw systemError(`listen on ${dev.name}: ${out ? `no listening socket could be made, the process is out of file descriptors${descriptorNote(out)}` : sysMessage(e)}`);
+      const why = out
+        ? `no listening socket could be made, the process is out of file descriptors${descriptorNote(out)}`
+        : e.code === 'EADDRINUSE'
+          ? `${sysMessage(e)}: no port is free for it, this host's connections use up its ephemeral port range (net.ipv4.ip_local_port_range); each TCP comm holds 1 + TSNET_NSOCKS connections: widen the range or use fewer sockets`
+          : sysMessage(e);
+      throw systemError(`listen on ${dev.name}: ${why}`);
     }
     this.fd = l.fd;
     try {
