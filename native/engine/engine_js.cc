@@ -151,10 +151,11 @@ Napi::Value IoPort(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// --- a TCP connect's handshake without Node's sockets (plugin/transports/tcp/dial.ts) ---
-// Each call is one non-blocking system call on the protocol thread, made from a connect call
-// of NCCL's or the watchdog's tick, so no step waits for a pass of Node's event loop. Failures
-// come back as -errno (tcpDial: { errno, syscall }) for the plugin to word.
+// --- the TCP handshake without Node's sockets (plugin/transports/tcp/dial.ts, index.ts) ---
+// Each call is one non-blocking system call on the protocol thread, made when a watch on the
+// socket fires (fdWatch, below) or at the watchdog's tick: no Node socket, stream or callback
+// per connection. Failures come back as -errno (tcpDial, tcpListen: { errno, syscall }) for the
+// plugin to word.
 
 // A numeric address (IPv4, or IPv6 with an optional %scope) and port, or false.
 bool numericAddress(const std::string& host, int port, sockaddr_storage* out, socklen_t* len) {

@@ -3,6 +3,7 @@
 // (plugin/transports/tcp/dial.ts) against them, from plain Node on the real engine addon.
 import * as fs from 'fs';
 import * as net from 'net';
+import { constants } from 'os';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dial, type DialBinding, type DialState, EAGAIN } from '../../plugin/transports/tcp/dial';
 import { FdWatches } from '../../plugin/transports/tcp/watch';
@@ -10,7 +11,7 @@ import { HELLO_BYTES } from '../../plugin/transports/tcp/wire';
 import { engine, missing } from './helpers';
 
 const binding = () => engine() as unknown as DialBinding;
-const ECONNREFUSED = -111;
+const ECONNREFUSED = -constants.errno.ECONNREFUSED;
 const open: number[] = [];
 const track = (fd: number) => (open.push(fd), fd);
 /** Closes a tracked fd now (afterEach must not close its number again: it may be reused). */

@@ -3,12 +3,15 @@
 // with ncclSystemError. Each case is one the real system gives: a process out of descriptors,
 // and a host whose connections use up its ephemeral port range (EADDRINUSE on a port-0 bind,
 // seen with 4 ranks on one host and thousands of comms over loopback).
+import { constants } from 'os';
 import { describe, expect, it } from 'vitest';
 import { readConfig } from '../../plugin/config';
 import { ResultCode } from '../../plugin/abi';
 import { NetError } from '../../plugin/errors';
 import { TcpTransport, type TcpIo } from '../../plugin/transports/tcp';
 import type { NetDevice } from '../../plugin/transports/tcp/devices';
+
+const { errno } = constants;
 
 const dev: NetDevice = {
   name: 'lo',
@@ -42,19 +45,19 @@ function listenError(errno: number): NetError {
 
 describe('tcp listen refused by the system', () => {
   it('EADDRINUSE: the ephemeral port range is used up, and what to do', () => {
-    const e = listenError(-98);
+    const e = listenError(-errno.EADDRINUSE);
     expect(e.code).toBe(ResultCode.SYSTEM_ERROR);
     expect(e.message).toMatch(/^listen on lo: listen EADDRINUSE: no port is free for it, .*ip_local_port_range.*widen the range or use fewer sockets$/);
   });
 
   it('EMFILE: the process is out of file descriptors', () => {
-    const e = listenError(-24);
+    const e = listenError(-errno.EMFILE);
     expect(e.code).toBe(ResultCode.SYSTEM_ERROR);
     expect(e.message).toMatch(/^listen on lo: no listening socket could be made, the process is out of file descriptors/);
   });
 
   it('any other errno: its name', () => {
-    const e = listenError(-13);
+    const e = listenError(-errno.EACCES);
     expect(e.code).toBe(ResultCode.SYSTEM_ERROR);
     expect(e.message).toBe('listen on lo: listen EACCES');
   });

@@ -1,9 +1,10 @@
 // One socket of a TCP connect, without Node's sockets: a non-blocking connect, the greeting
 // written and the listener's answer read, each one system call, made when the socket is ready
-// (a watch on the protocol thread's event loop) or the connector is polled (NCCL's connect
-// calls, the watchdog's tick), whichever comes first. Through Node's sockets (a net.Socket per
-// connection, a pass of the event loop per step) a handshake took 2-8 ms under NCCL; this way
-// under 2 ms (docs/performance.md, items 42 and 43).
+// (a watch on the protocol thread's event loop), once at the connect's first call, and at the
+// watchdog's tick. Through Node's sockets (a net.Socket per connection, a pass of the event
+// loop per step) a handshake took 2-8 ms under NCCL; this way about half that
+// (docs/performance.md, items 42 and 43).
+import { constants } from 'node:os';
 import { getSystemErrorName } from 'node:util';
 import type { FdWatches, WatchBinding } from './watch';
 import { HELLO_BYTES } from './wire';
@@ -24,7 +25,7 @@ export interface DialBinding extends WatchBinding {
   fdRecv(fd: number, into: Uint8Array): number;
 }
 
-export const EAGAIN = -11;
+export const EAGAIN = -constants.errno.EAGAIN;
 
 /** A failed system call worded as Node words its own ("connect ECONNREFUSED 10.0.0.1:4000"), with errno's name as code. */
 export function dialError(errno: number, syscall: string, to?: string): NodeJS.ErrnoException {
