@@ -228,14 +228,12 @@ export const SETUP_BUCKETS = 24;
 /** Times in µs by powers of two (connection set-up, TSNET_STATS). */
 export class TimeHistogram {
   count = 0;
-  sumUs = 0;
   maxUs = 0;
   readonly buckets: number[] = new Array(SETUP_BUCKETS).fill(0);
 
   add(us: number): void {
     const v = Math.max(0, us);
     this.count++;
-    this.sumUs += v;
     if (v > this.maxUs) this.maxUs = v;
     const k = v < 2 ? 0 : Math.floor(Math.log2(v));
     this.buckets[Math.min(k, SETUP_BUCKETS - 1)]++;

@@ -104,6 +104,38 @@ export interface Listener {
   tick?(now: number, timeoutMs: number, judge: boolean): void;
 }
 
+/**
+ * A listener's comms ready for accept, in order, and how long each one's handshake took: for
+ * the one shift() last gave, from the handshake's start to ready, and from ready to that call
+ * (µs; Listener.lastAccept, TSNET_STATS).
+ */
+export class AcceptQueue<T> {
+  private readonly items: { item: T; handshakeUs: number; at: number }[] = [];
+  lastAccept: { handshakeUs: number; waitedUs: number } | undefined;
+
+  /** item is ready; its handshake began at t0 (performance.now(), ms). */
+  push(item: T, t0: number): void {
+    const at = performance.now();
+    this.items.push({ item, handshakeUs: (at - t0) * 1000, at });
+  }
+
+  shift(): T | undefined {
+    const r = this.items.shift();
+    if (!r) return undefined;
+    this.lastAccept = { handshakeUs: r.handshakeUs, waitedUs: (performance.now() - r.at) * 1000 };
+    return r.item;
+  }
+
+  get length(): number {
+    return this.items.length;
+  }
+
+  /** Every one still waiting, taken out (a listener that closes). */
+  drain(): T[] {
+    return this.items.splice(0).map((r) => r.item);
+  }
+}
+
 export interface Connector {
   /** The comm once it is up, or undefined while not yet. Throws (NetError) on failure. */
   poll(hooks: CommHooks): SendComm | undefined;

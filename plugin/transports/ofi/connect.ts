@@ -6,6 +6,7 @@
 // poll answer undefined until their comm is ready, and NCCL calls again.
 import { internalError } from '../../errors';
 import { log } from '../../log';
+import { AcceptQueue } from '../transport';
 import type { OfiEndpoint } from './endpoint';
 import type { Complete, RecvComm, SendComm } from './fabric';
 import { OfiRecvComm } from './recv-comm';
@@ -40,12 +41,10 @@ export function answerAgain(ep: OfiEndpoint, c: Connect): boolean {
 export class OfiListener {
   readonly handle: Uint8Array;
   private readonly nonce: number;
-  /** Comms ready for accept: how long the CONNECT took to become one (µs), and since when they wait (performance.now(), ms). */
-  private readonly ready: { comm: OfiRecvComm; handshakeUs: number; at: number }[] = [];
+  /** Comms ready for accept, with how long each CONNECT took to become one. */
+  private readonly ready = new AcceptQueue<OfiRecvComm>();
   private closed = false;
   private toldFull = false;
-  /** The comm accept last returned: from its CONNECT to ready, and from ready to that call (µs; TSNET_STATS). */
-  lastAccept: { handshakeUs: number; waitedUs: number } | undefined;
 
   constructor(
     private readonly ep: OfiEndpoint,
@@ -58,17 +57,20 @@ export class OfiListener {
   /** A receive comm a peer connected, or undefined while none is ready. */
   accept(complete: Complete): RecvComm | undefined {
     if (this.closed) throw internalError(`${this.ep.name} listener ${this.id}: accept after close`);
-    const r = this.ready.shift();
-    if (!r) return undefined;
-    r.comm.complete = complete;
-    this.lastAccept = { handshakeUs: r.handshakeUs, waitedUs: (performance.now() - r.at) * 1000 };
-    return r.comm;
+    const comm = this.ready.shift();
+    if (comm) comm.complete = complete;
+    return comm;
+  }
+
+  /** The comm accept last returned: from its CONNECT to ready, and from ready to that call (µs; TSNET_STATS). */
+  get lastAccept(): { handshakeUs: number; waitedUs: number } | undefined {
+    return this.ready.lastAccept;
   }
 
   close(): void {
     this.closed = true;
     this.ep.removeListener(this);
-    for (const r of this.ready.splice(0)) r.comm.close();
+    for (const comm of this.ready.drain()) comm.close();
   }
 
   /** A CONNECT for this listener arrived. */
@@ -99,8 +101,7 @@ export class OfiListener {
     log.info(`${comm.name}: accepted send comm ${c.comm}, ${comm.rails} rail(s)`);
     comm.connectKey = connectKey(c);
     this.ep.accepted.set(comm.connectKey, comm);
-    const at = performance.now();
-    this.ready.push({ comm, handshakeUs: (at - t0) * 1000, at });
+    this.ready.push(comm, t0);
   }
 }
 

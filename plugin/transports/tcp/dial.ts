@@ -46,8 +46,8 @@ export function dialError(errno: number, syscall: string, to?: string): NodeJS.E
 export type DialState =
   | { kind: 'waiting' }
   | { kind: 'answered'; answer: Buffer }
-  /** The listener closed the socket (reset: it reset it) before its whole answer came. */
-  | { kind: 'closed'; reset: boolean; error?: NodeJS.ErrnoException }
+  /** The listener closed the socket before its whole answer came (error: it reset it). */
+  | { kind: 'closed'; error?: NodeJS.ErrnoException }
   | { kind: 'failed'; error: NodeJS.ErrnoException };
 
 export class Dial {
@@ -108,7 +108,7 @@ export class Dial {
     while (this.have < HELLO_BYTES) {
       const n = this.binding.fdRecv(this.fd, this.answer.subarray(this.have));
       if (n === EAGAIN) return this.state;
-      if (n === 0) return this.end({ kind: 'closed', reset: false });
+      if (n === 0) return this.end({ kind: 'closed' });
       if (n < 0) return this.end(this.closedOr(n, 'read'));
       this.have += n;
     }
@@ -137,7 +137,7 @@ export class Dial {
 
   private closedOr(errno: number, syscall: string, to?: string): DialState {
     const error = dialError(errno, syscall, to);
-    return error.code === 'ECONNRESET' || error.code === 'EPIPE' ? { kind: 'closed', reset: true, error } : { kind: 'failed', error };
+    return error.code === 'ECONNRESET' || error.code === 'EPIPE' ? { kind: 'closed', error } : { kind: 'failed', error };
   }
 
   private end(s: DialState): DialState {

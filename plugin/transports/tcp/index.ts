@@ -19,7 +19,7 @@ import { SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../protocol/
 import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, type SchedulePolicy, byId, configuredPolicy } from '../../protocol/policies';
 import { guidText } from '../guid';
 import { recvComm, sendComm } from '../stream';
-import { type CommHooks, type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type RecvComm, type SendComm, type Transport } from '../transport';
+import { AcceptQueue, type CommHooks, type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type RecvComm, type SendComm, type Transport } from '../transport';
 import { type NetDevice, discoverDevices } from './devices';
 import { Dial, type DialBinding, EAGAIN, dialError } from './dial';
 import { RefusalLog } from './refusals';
@@ -68,9 +68,8 @@ class TcpListener implements Listener {
   private readonly incoming = new Map<string, Incoming>();
   /** Sockets whose greeting has not come yet. */
   private readonly greeting = new Map<number, Greeting>();
-  /** Links ready for accept: how long their handshake took (µs) and since when they wait (performance.now(), ms). */
-  private readonly ready: { link: StreamLink; handshakeUs: number; at: number }[] = [];
-  lastAccept: { handshakeUs: number; waitedUs: number } | undefined;
+  /** Links ready for accept, with their handshakes' times. */
+  private readonly ready = new AcceptQueue<StreamLink>();
   private readonly refusals: RefusalLog;
   private closed = false;
 
@@ -110,10 +109,12 @@ class TcpListener implements Listener {
 
   /** A comm ready for accept (the listening socket's watch takes the connections between calls). */
   accept(hooks: CommHooks): RecvComm | undefined {
-    const r = this.ready.shift();
-    if (!r) return undefined;
-    this.lastAccept = { handshakeUs: r.handshakeUs, waitedUs: (performance.now() - r.at) * 1000 };
-    return recvComm(r.link, hooks);
+    const link = this.ready.shift();
+    return link && recvComm(link, hooks);
+  }
+
+  get lastAccept(): { handshakeUs: number; waitedUs: number } | undefined {
+    return this.ready.lastAccept;
   }
 
   close(): void {
@@ -126,7 +127,7 @@ class TcpListener implements Listener {
     const waiting = this.incoming.size + this.ready.length;
     for (const inc of this.incoming.values()) this.drop(inc);
     this.incoming.clear();
-    this.ready.splice(0).forEach((r) => r.link.close(false));
+    this.ready.drain().forEach((link) => link.close(false));
     if (waiting) log.info(`listener on ${this.dev.name}: closed with ${waiting} connection(s) not yet accepted; dropped`);
   }
 
@@ -196,10 +197,7 @@ class TcpListener implements Listener {
     this.greeting.delete(g.fd);
     this.watches.unwatch(g.watch);
     const h = decodeHello(g.buf.subarray(0, HELLO_BYTES));
-    const refuse = (why: string) => {
-      this.refusals.refuse(g.from, why);
-      closeFd(g.fd);
-    };
+    const refuse = (why: string) => this.refuseGreeting(g, why);
     if (typeof h === 'string') return refuse(h);
     if (!h.nonce.equals(this.nonce)) return refuse('wrong nonce (a stale handle or a stranger)');
     if (h.role === Role.ACK || h.lane > h.lanes) return refuse(`bad greeting (role ${h.role}, lane ${h.lane} of ${h.lanes})`);
@@ -259,8 +257,7 @@ class TcpListener implements Listener {
       return this.drop(inc);
     }
     fds.forEach(closeFd); // the engine holds dups
-    const at = performance.now();
-    this.ready.push({ link, handshakeUs: (at - inc.t0) * 1000, at });
+    this.ready.push(link, inc.t0);
   }
 
   private drop(inc: Incoming): void {
@@ -271,7 +268,6 @@ class TcpListener implements Listener {
 
 class TcpConnector implements Connector {
   private readonly dials: Dial[] = [];
-  private acked = 0;
   private failed: NetError | undefined;
   private link: StreamLink | undefined;
   private taken = false;
@@ -296,12 +292,17 @@ class TcpConnector implements Connector {
     const policies: [number, number, number] = [policy.eager.id, policy.stripes.id, policy.laneChoice.id];
     const base = { nonce: h.nonce, connId, lanes: policy.lanes, eagerMax: policy.eagerMax, minStripe: policy.minStripe, status: 0, policies };
     const multi = dev.nics.length > 1 || h.rails.length > 1;
-    for (let i = 0; i <= policy.lanes && !this.failed; i++) {
-      // Socket i rides rail i mod rails: a multi-NIC device spreads its sockets over its NICs.
-      const rail = h.rails[i % h.rails.length];
-      const nic = dev.nics[i % dev.nics.length];
-      const greeting = encodeHello({ ...base, role: i === 0 ? Role.CONTROL : Role.DATA, lane: i === 0 ? 0 : i - 1 });
-      this.dials.push(new Dial(io.binding, watches, closeFd, rail.address, rail.port, multi ? nic.address : undefined, greeting, () => this.advance()));
+    try {
+      for (let i = 0; i <= policy.lanes; i++) {
+        // Socket i rides rail i mod rails: a multi-NIC device spreads its sockets over its NICs.
+        const rail = h.rails[i % h.rails.length];
+        const nic = dev.nics[i % dev.nics.length];
+        const greeting = encodeHello({ ...base, role: i === 0 ? Role.CONTROL : Role.DATA, lane: i === 0 ? 0 : i - 1 });
+        this.dials.push(new Dial(io.binding, watches, closeFd, rail.address, rail.port, multi ? nic.address : undefined, greeting, () => this.advance()));
+      }
+    } catch (e) {
+      this.dials.forEach((d) => d.dispose()); // a watch that could not be made: the sockets made so far go
+      throw e;
     }
     this.advance(); // on loopback the connects are done already: the greetings go now
   }
@@ -335,7 +336,7 @@ class TcpConnector implements Connector {
   /** Each socket's handshake as far as it goes now; the link once every one is answered. */
   private advance(): void {
     if (this.failed || this.link) return;
-    this.acked = 0;
+    let acked = 0;
     for (let i = 0; i < this.dials.length; i++) {
       const d = this.dials[i];
       const to = `${d.address}:${d.port}`;
@@ -350,9 +351,9 @@ class TcpConnector implements Connector {
       if (typeof ack === 'string') return this.fail(systemError(`connect to ${d.address}: ${ack}`));
       if (ack.role !== Role.ACK || !ack.nonce.equals(this.nonce) || ack.status !== 0)
         return this.fail(systemError(`connect to ${d.address}: the listener refused socket ${i} (status ${ack.status})`));
-      this.acked++;
+      acked++;
     }
-    if (this.acked < this.dials.length) return;
+    if (acked < this.dials.length) return;
     const to = this.to;
     try {
       const link = new NativeLink(this.io.port, this.io.binding, this.dials.map((d) => d.take()), this.policy, `-> ${to}, ${this.policy.lanes} data socket(s)`, SEND_RING_BYTES);
