@@ -78,6 +78,11 @@ export interface Config {
    * only where it has a busy-poll window to open. Off by default.
    */
   earlyWake: boolean;
+  /**
+   * TSNET_CONNECT_EARLY: a TCP connect gives NCCL its comm once its sockets are connected and
+   * greeted, without waiting for the listener's ACKs (sends wait for them: transports/early.ts).
+   */
+  connectEarly: boolean;
   /** Seconds without progress on a link with work pending before it is declared dead. */
   timeoutSec: number;
   /** The libfabric transport's settings (OFI_NCCL_*, TSNET_FLUSH), when it is chosen. */
@@ -319,6 +324,12 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
   const earlyWake = ewSrc ? flag(ewSrc) : false;
   if (ewSrc) note('protocol threads woken with their I/O threads', earlyWake ? (spinUs > 0 ? 'on' : 'on, but no busy-poll window to open') : 'off', ewSrc);
 
+  const ceSrc = pick(env, ['TSNET_CONNECT_EARLY']);
+  // Off by default: it took NCCL's connect calls from about three per comm to one, but 48
+  // communicators of 32 channels under PyTorch came up no sooner (performance.md, item 44).
+  const connectEarly = ceSrc ? flag(ceSrc) : false;
+  if (ceSrc) note('TCP connects give their comm before the ACKs', connectEarly ? 'on' : 'off', ceSrc);
+
   let ofi: OfiConfig | undefined;
   let latencyUs = 0;
   if (transport === 'ofi') {
@@ -370,6 +381,7 @@ export function readConfig(env: Env = process.env, host: HostCores | number = ho
       directSendMax,
       directIdleUs,
       earlyWake,
+      connectEarly,
       timeoutSec,
       ofi,
       latencyUs,

@@ -136,14 +136,25 @@ export class AcceptQueue<T> {
   }
 }
 
+/**
+ * Where a transport times its handshake: performance.now() (ms) when the connector began and
+ * when its comm was ready, set once ready (TSNET_STATS). A comm given before it was ready
+ * (TSNET_CONNECT_EARLY) has no ready yet: onReady, where set, is called with it.
+ */
+export interface ConnectTiming {
+  begun: number;
+  ready?: number;
+  onReady?: (ready: number) => void;
+}
+
 export interface Connector {
-  /** The comm once it is up, or undefined while not yet. Throws (NetError) on failure. */
-  poll(hooks: CommHooks): SendComm | undefined;
   /**
-   * Where the transport times its handshake: performance.now() (ms) when the connector began
-   * and when its comm was ready, set once ready (TSNET_STATS).
+   * The comm once it is up (or, where the transport allows it, once the peer has all it needs
+   * to accept: its sends wait until then), or undefined while not yet. Throws (NetError) on
+   * failure.
    */
-  readonly timing?: { begun: number; ready?: number };
+  poll(hooks: CommHooks): SendComm | undefined;
+  readonly timing?: ConnectTiming;
   close(): void;
   /** Periodic (the watchdog): no answer in time fails the connect, only where judge (Transport.tick). */
   tick?(now: number, timeoutMs: number, judge: boolean): void;

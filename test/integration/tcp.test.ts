@@ -36,6 +36,8 @@ const MAILBOX = 64;
 const SLOTS = 256;
 const IFACE = 'lo';
 const BASE = { TSNET_TRANSPORT: 'tcp', NCCL_SOCKET_IFNAME: IFACE };
+/** TCP connects that give their comm before the listener's ACKs (transports/early.ts). */
+const EARLY = { ...BASE, TSNET_CONNECT_EARLY: '1' };
 
 let A: EngineAddon;
 let port: Port;
@@ -283,9 +285,30 @@ async function transfer(c: Conn, sizes: number[], opts: { sendsFirst?: boolean; 
 }
 
 /** The NativeLink of a comm (grey-box: the plugin's comm table, the endpoint's link). */
+type Endpoint = { link?: NativeLink; comm?: { link: NativeLink }; up?: boolean };
+const endpointOf = (s: Side, comm: number) => (s.plugin as unknown as { comms: Map<number, { endpoint: Endpoint }> }).comms.get(comm)!.endpoint;
+/** A comm's link; a send comm given early (transports/early.ts) has one once its ACKs came. */
 function linkOf(s: Side, comm: number): NativeLink {
-  const comms = (s.plugin as unknown as { comms: Map<number, { endpoint: { link: NativeLink } }> }).comms;
-  return comms.get(comm)!.endpoint.link;
+  const e = endpointOf(s, comm);
+  const link = e.comm ? e.comm.link : e.link;
+  if (!link) throw new Error(`comm ${comm} has no link yet`);
+  return link;
+}
+/** Whether a send comm is up: given early, once its ACKs came; else from the start. */
+const sendUp = (s: Side, comm: number) => endpointOf(s, comm).up !== false;
+/**
+ * A listener on a, and a connect on b with TSNET_CONNECT_EARLY=1: over loopback its sockets
+ * connect and greet within the first call, so that call gives the comm (as NCCL's Socket
+ * gives its own), attached; no watch has run yet.
+ */
+function connectEarly() {
+  const a = side(BASE);
+  const b = side(EARLY);
+  const l = listen(a);
+  const send = b.call('connect', { ctx: b.ctx, dev: 0, handle: l.handle }).comm as number;
+  expect(send).toBeGreaterThan(0);
+  b.attach(send);
+  return { a, b, l, send };
 }
 function lanesOf(s: Side, comm: number): number[] {
   const l = linkOf(s, comm) as unknown as { ctl: { lane: number }; data: { lane: number }[] };
@@ -325,9 +348,56 @@ describe.skipIf(!!missing)('tcp: connections', () => {
     const { send, recv } = await handshake(a, b, l.listen, l.handle);
     expect(send).toBeGreaterThan(0);
     expect(recv).toBeGreaterThan(0);
+    expect(sendUp(b, send)).toBe(true);
     // Nothing more to accept.
     expect(a.call('accept', { listen: l.listen })).toEqual({ comm: 0 });
+    await transfer({ a, b, send, recv, ...l }, [8, 100 * KiB], { sendsFirst: true });
     expect(warnings()).toEqual([]);
+  });
+
+  it('TSNET_CONNECT_EARLY=1: connect gives its comm once its sockets are connected and greeted, before the ACKs; sends posted meanwhile wait, in order', async () => {
+    const { a, b, l, send } = connectEarly();
+    expect(sendUp(b, send)).toBe(false); // no watch has fired yet: the ACKs are unread
+    // Sends posted before the link is up, eager and striped, with two tags: they wait, then go in order.
+    const sizes = [8, 3000, 300 * KiB, 0, 64 * KiB];
+    const msgs = sizes.map((size, i) => {
+      const s = b.reg(send, size + 8);
+      fill(s.bytes.subarray(0, size), 900 + i);
+      return { size, s, tag: i % 2 };
+    });
+    msgs.forEach((m, i) => b.post({ op: Op.SEND, comm: send, slot: i, bufs: [[m.s.mr, 0, m.size, m.tag]] }));
+    expect(b.done).toEqual([]);
+    let recv = 0;
+    await until(() => ((recv = a.call('accept', { listen: l.listen }).comm as number) > 0), 3000, 'accept');
+    a.attach(recv);
+    await until(() => sendUp(b, send), 3000, 'the send comm to be up');
+    const rs = msgs.map((m, i) => {
+      const r = a.reg(recv, m.size + 8);
+      a.post({ op: Op.RECV, comm: recv, slot: i, bufs: [[r.mr, 0, m.size + 8, m.tag]] });
+      return r;
+    });
+    await until(() => { a.pump(); b.pump(); return a.done.length === sizes.length && b.done.length === sizes.length; }, 5000, 'every request to end');
+    for (let i = 0; i < sizes.length; i++) {
+      expect(b.of(send, i)?.result, `send ${i}`).toBe(0);
+      expect(a.of(recv, i)?.result, `recv ${i}`).toBe(0);
+      expect(a.of(recv, i)?.sizes, `recv ${i}`).toEqual([sizes[i]]);
+      expect(Buffer.from(rs[i].bytes.subarray(0, sizes[i])).equals(Buffer.from(msgs[i].s.bytes.subarray(0, sizes[i]))), `bytes of ${i}`).toBe(true);
+    }
+    expect(warnings()).toEqual([]);
+  });
+
+  it('TSNET_CONNECT_EARLY=1: a comm given early and closed before its ACKs: the sends that waited end, the listener refuses the connection, nothing is left', async () => {
+    const { a, b, l, send } = connectEarly();
+    const s = b.reg(send, 1000);
+    b.post({ op: Op.SEND, comm: send, slot: 3, bufs: [[s.mr, 0, 1000, 1]] });
+    const ended = b.close(send);
+    expect(ended.map((d) => [d.slot, d.result])).toEqual([[3, ResultCode.INVALID_USAGE]]);
+    expect(infos().some((x) => new RegExp(`comm ${send}: closed with 1 send\\(s\\) waiting for the connection; cancelled`).test(x))).toBe(true);
+    // The listener reads the greetings and the end after them: it refuses the connection, no comm is made.
+    await until(() => warnings().some((w) => /refused a connection from \S+: closed right after its greeting/.test(w)), 3000, 'the refusal');
+    await idle(100);
+    expect(a.call('accept', { listen: l.listen })).toEqual({ comm: 0 });
+    await until(() => A.lanes() === 0, 3000, 'every lane to be freed');
   });
 
   it('TSNET_NSOCKS=0 is refused: init fails naming the variable', () => {
@@ -339,6 +409,7 @@ describe.skipIf(!!missing)('tcp: connections', () => {
 
   it('every socket of both ends is handed to the engine with TCP_NODELAY (control and data lanes)', async () => {
     const c = await connected({ TSNET_NSOCKS: '3' });
+    await until(() => sendUp(c.b, c.send), 3000, 'the send comm to be up');
     const lanes = [...lanesOf(c.a, c.recv), ...lanesOf(c.b, c.send)];
     expect(lanes).toHaveLength(8);
     expect(new Set(lanes).size).toBe(8);
@@ -844,7 +915,12 @@ describe.skipIf(!!missing)('tcp: bad handles', () => {
     expect(warnings().some((w) => /^connect: /.test(w) && why.test(w))).toBe(true);
   });
 
-  async function connectFails(b: Side, handle: Uint8Array, ms: number) {
+  /**
+   * The connect fails: with an error from connect itself, or, where its sockets connected and
+   * greeted (TSNET_CONNECT_EARLY: the listener's answer is not awaited), with the comm's first
+   * send failing (ncclSystemError) and a WARN. Returns the ms until either.
+   */
+  async function connectFails(b: Side, handle: Uint8Array, ms: number, how: 'connect' | 'send' | 'either' = 'either') {
     let r: Record<string, unknown> = {};
     const t0 = Date.now();
     await until(
@@ -855,8 +931,19 @@ describe.skipIf(!!missing)('tcp: bad handles', () => {
       ms,
       'connect to answer',
     );
-    expect(r.comm ?? 0).toBe(0);
-    expect(r.result).toBe(ResultCode.SYSTEM_ERROR);
+    const send = (r.comm as number | undefined) ?? 0;
+    if (how !== 'either') expect(send > 0 ? 'send' : 'connect').toBe(how);
+    if (!send) {
+      expect(r.result).toBe(ResultCode.SYSTEM_ERROR);
+      return Date.now() - t0;
+    }
+    b.attach(send);
+    const s = b.reg(send, 64);
+    b.post({ op: Op.SEND, comm: send, slot: 0, bufs: [[s.mr, 0, 64, 0]] });
+    await until(() => { b.pump(); return !!b.of(send, 0); }, ms, 'the first send to end');
+    expect(b.of(send, 0)?.result).toBe(ResultCode.SYSTEM_ERROR);
+    expect(warnings().some((w) => new RegExp(`^comm ${send}: connect`).test(w))).toBe(true);
+    expect(b.close(send)).toEqual([]);
     return Date.now() - t0;
   }
 
@@ -866,7 +953,8 @@ describe.skipIf(!!missing)('tcp: bad handles', () => {
     const port = (srv.address() as net.AddressInfo).port;
     await new Promise<void>((res) => srv.close(() => res()));
     const b = side(BASE);
-    await connectFails(b, padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '127.0.0.1', port }] })), 3000);
+    // Refused within the first call: connect itself fails.
+    await connectFails(b, padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '127.0.0.1', port }] })), 3000, 'connect');
     expect(warnings().join('\n')).toMatch(new RegExp(`connect: connect to 127\\.0\\.0\\.1:${port}: .*ECONNREFUSED`));
   });
 
@@ -876,12 +964,31 @@ describe.skipIf(!!missing)('tcp: bad handles', () => {
     const l = listen(a);
     const h = decodeHandle(l.handle);
     const wrong = padded(encodeHandle({ nonce: Buffer.from(h.nonce.map((x) => x ^ 1)), rails: h.rails }));
-    await connectFails(b, wrong, 3000);
+    await connectFails(b, wrong, 3000, 'connect');
     expect(a.call('accept', { listen: l.listen })).toEqual({ comm: 0 });
     expect(warnings().some((w) => /refused.*wrong nonce/.test(w))).toBe(true);
     expect(warnings().some((w) => /^connect: connect to 127\.0\.0\.1(:\d+)?: /.test(w))).toBe(true);
+    // With TSNET_CONNECT_EARLY=1 the sockets connect and greet at once: the comm is given, and its first send fails.
+    await connectFails(side(EARLY), wrong, 3000, 'send');
+    expect(warnings().some((w) => /^comm \d+: connect to 127\.0\.0\.1(:\d+)?: /.test(w))).toBe(true);
     const c = await handshake(a, b, l.listen, l.handle);
     await transfer({ a, b, ...c, ...l }, [77]);
+  });
+
+  it('TSNET_CONNECT_EARLY=1: a listener that takes the sockets and never answers: the early comm\'s first send fails after TSNET_TIMEOUT_SEC', async () => {
+    const held: net.Socket[] = [];
+    const srv = net.createServer((c) => held.push(c));
+    await new Promise<void>((res) => srv.listen(0, '127.0.0.1', () => res()));
+    const port = (srv.address() as net.AddressInfo).port;
+    try {
+      const b = side({ ...EARLY, TSNET_TIMEOUT_SEC: '1' });
+      const ms = await connectFails(b, padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '127.0.0.1', port }] })), 4000, 'send');
+      expect(ms).toBeGreaterThanOrEqual(900);
+      expect(warnings().join('\n')).toMatch(new RegExp(`comm \\d+: connect: no answer from 127\\.0\\.0\\.1:${port} within 1000 ms; failing 1 pending send`));
+    } finally {
+      held.forEach((c) => c.destroy());
+      await new Promise<void>((res) => srv.close(() => res()));
+    }
   });
 
   it('a handle naming port 0: connect answers an error', async () => {
@@ -895,7 +1002,7 @@ describe.skipIf(!!missing)('tcp: bad handles', () => {
     const ms = await connectFails(b, padded(encodeHandle({ nonce: randomBytes(8), rails: [{ family: 4, address: '198.51.100.7', port: 9 }] })), 3000);
     expect(ms).toBeLessThan(3000);
     // Sandboxes may answer for any address: then the greeting is what fails.
-    expect(warnings().join('\n')).toMatch(/connect: (no answer from 198\.51\.100\.7:9 within 1000 ms|connect to 198\.51\.100\.7(:9)?: )/);
+    expect(warnings().join('\n')).toMatch(/(connect|comm \d+): (no answer from 198\.51\.100\.7:9 within 1000 ms|connect to 198\.51\.100\.7(:9)?: )/);
   });
 
   it('a handle of a closed listener: connect fails', async () => {

@@ -49,6 +49,7 @@ describe('readConfig defaults', () => {
       directSendMax: 8192,
       directIdleUs: 0,
       earlyWake: false,
+      connectEarly: false,
       timeoutSec: 10,
       ofi: undefined,
       latencyUs: 0,
@@ -130,6 +131,17 @@ describe('readConfig defaults', () => {
     expect(() => readConfig({ TSNET_DIRECT_SEND_IDLE_US: '1001' }, 2)).toThrow(/TSNET_DIRECT_SEND_IDLE_US=1001: expected 0 to 1000/);
     expect(() => readConfig({ TSNET_DIRECT_SEND_IDLE_US: 'soon' }, 2)).toThrow(/TSNET_DIRECT_SEND_IDLE_US=soon: expected an integer/);
     expect(() => readConfig({ TSNET_DIRECT_SEND_MAX: 'small' }, 2)).toThrow(/TSNET_DIRECT_SEND_MAX=small: expected an integer/);
+  });
+
+  it('gives TCP comms before the ACKs only with TSNET_CONNECT_EARLY=1; says so only when set', () => {
+    const d = readConfig({}, 2);
+    expect(d.config.connectEarly).toBe(false);
+    expect(d.lines.join('\n')).not.toMatch(/TSNET_CONNECT_EARLY/);
+    const on = readConfig({ TSNET_CONNECT_EARLY: '1' }, 2);
+    expect(on.config.connectEarly).toBe(true);
+    expect(on.lines).toContain('TCP connects give their comm before the ACKs = on (TSNET_CONNECT_EARLY)');
+    expect(readConfig({ TSNET_CONNECT_EARLY: '0' }, 2).lines).toContain('TCP connects give their comm before the ACKs = off (TSNET_CONNECT_EARLY)');
+    expect(() => readConfig({ TSNET_CONNECT_EARLY: 'maybe' }, 2)).toThrow(/TSNET_CONNECT_EARLY=maybe: expected 0 or 1/);
   });
 
   it('wakes protocol threads with their I/O threads only with TSNET_EARLY_WAKE=1; says so only when set', () => {

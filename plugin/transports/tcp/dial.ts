@@ -117,6 +117,11 @@ export class Dial {
     return this.state;
   }
 
+  /** Connected, and the greeting written whole (the answer may still be on its way). */
+  get greeted(): boolean {
+    return this.connected && this.sent === this.greeting.length && this.state.kind !== 'failed' && this.state.kind !== 'closed';
+  }
+
   /** The fd for the engine to take (it dups it; close() then closes this one). */
   take(): number {
     if (this.fd < 0) throw new Error('the socket was closed');

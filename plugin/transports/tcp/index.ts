@@ -19,7 +19,8 @@ import { SEND_RING_BYTES, type StreamLink, recvRingBytes } from '../../protocol/
 import { EAGER_POLICIES, LANE_POLICIES, STRIPE_POLICIES, type SchedulePolicy, byId, configuredPolicy } from '../../protocol/policies';
 import { guidText } from '../guid';
 import { recvComm, sendComm } from '../stream';
-import { AcceptQueue, type CommHooks, type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type RecvComm, type SendComm, type Transport } from '../transport';
+import { EarlySend } from '../early';
+import { AcceptQueue, type CommHooks, type ConnectTiming, type Connector, type Device, HOST_MEMORY_TRAITS, type Listener, type RecvComm, type SendComm, type Transport } from '../transport';
 import { type NetDevice, discoverDevices } from './devices';
 import { Dial, type DialBinding, EAGAIN, dialError } from './dial';
 import { RefusalLog } from './refusals';
@@ -188,7 +189,7 @@ class TcpListener implements Listener {
     while (g.have < g.buf.length) {
       const n = this.io.binding.fdRecv(g.fd, g.buf.subarray(g.have));
       if (n === EAGAIN) break;
-      if (n === 0) return this.refuseGreeting(g, 'closed before greeting');
+      if (n === 0) return this.refuseGreeting(g, g.have >= HELLO_BYTES ? 'closed right after its greeting (its comm was closed before the ACK)' : 'closed before greeting');
       if (n < 0) return this.refuseGreeting(g, sysMessage(dialError(n, 'read')));
       g.have += n;
     }
@@ -271,9 +272,11 @@ class TcpConnector implements Connector {
   private failed: NetError | undefined;
   private link: StreamLink | undefined;
   private taken = false;
+  /** The comm NCCL took before the ACKs (TSNET_CONNECT_EARLY), until the link is made for it. */
+  private early: EarlySend | undefined;
   /** When the connect began (monoMs), and whom it asks (for the timeout's words). */
   private readonly since = monoMs();
-  readonly timing: { begun: number; ready?: number } = { begun: performance.now() };
+  readonly timing: ConnectTiming = { begun: performance.now() };
   private readonly to: string;
   private readonly nonce: Buffer;
 
@@ -284,6 +287,7 @@ class TcpConnector implements Connector {
     private readonly io: TcpIo,
     watches: FdWatches,
     private readonly timeoutMs: number,
+    private readonly earlyOk: boolean,
   ) {
     const h = decodeHandle(handle);
     this.to = `${h.rails[0].address}:${h.rails[0].port}`;
@@ -323,14 +327,22 @@ class TcpConnector implements Connector {
    */
   poll(hooks: CommHooks): SendComm | undefined {
     if (this.failed) throw this.failed;
-    if (!this.link || this.taken) return undefined;
+    if (this.taken) return undefined;
+    if (this.link) {
+      this.taken = true;
+      return sendComm(this.link, hooks);
+    }
+    // Early: every socket connected and greeted, as far as NCCL's Socket goes before it
+    // gives its comm. What the listener answers reaches the comm (early.ts).
+    if (!this.earlyOk || !this.dials.every((d) => d.greeted)) return undefined;
     this.taken = true;
-    return sendComm(this.link, hooks);
+    return (this.early = new EarlySend(hooks, this));
   }
 
   close(): void {
     this.dials.forEach((d) => d.dispose());
-    if (!this.taken) this.link?.close(false);
+    if (!this.taken) this.link?.close(false); // once taken, the comm owns it (early: once attached)
+    this.failed ??= systemError('connect: closed');
   }
 
   /** Each socket's handshake as far as it goes now; the link once every one is answered. */
@@ -360,15 +372,23 @@ class TcpConnector implements Connector {
       this.dials.forEach((d) => d.dispose()); // the engine holds dups
       this.link = link;
       this.timing.ready = performance.now();
+      this.timing.onReady?.(this.timing.ready);
     } catch (e) {
-      this.fail(e instanceof NetError ? e : systemError(`connect to ${to}: ${(e as Error).message}`));
+      return this.fail(e instanceof NetError ? e : systemError(`connect to ${to}: ${(e as Error).message}`));
     }
+    const early = this.early;
+    if (!early) return;
+    // NCCL holds the comm already: the sends it posted meanwhile go now, outside a turn, so
+    // their submissions are published here.
+    early.attach(sendComm(this.link, early.hooks));
+    this.io.port.flush();
   }
 
   private fail(err: NetError): void {
     if (this.failed || this.link) return;
     this.failed = err;
     this.dials.forEach((d) => d.dispose());
+    this.early?.fail(err);
   }
 }
 
@@ -380,6 +400,7 @@ export class TcpTransport implements Transport {
   private readonly netDevices: NetDevice[];
   private readonly timeoutMs: number;
   private readonly watches: FdWatches;
+  private readonly connectEarly: boolean;
 
   constructor(
     config: Config,
@@ -394,6 +415,7 @@ export class TcpTransport implements Transport {
       log.info(`device ${d.name}: ${d.nics.map((n) => `${n.name} ${n.address}`).join(', ')}, ${d.speedMbps} Mbps, guid ${guidText(d.guid)}`);
     this.policy = configuredPolicy(config);
     this.timeoutMs = config.timeoutSec * 1000;
+    this.connectEarly = config.connectEarly;
     this.watches = FdWatches.of(io.binding);
   }
 
@@ -402,7 +424,7 @@ export class TcpTransport implements Transport {
   }
 
   connect(dev: number, handle: Uint8Array): Connector {
-    return new TcpConnector(this.netDevices[dev], handle, this.policy, this.io, this.watches, this.timeoutMs);
+    return new TcpConnector(this.netDevices[dev], handle, this.policy, this.io, this.watches, this.timeoutMs, this.connectEarly);
   }
 
   poll(): void {
