@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <memory>
 #include <cstdlib>
@@ -39,7 +40,14 @@ struct ControlCall {
   tsn_result_t rc;
   bool done;
   const char* call;  // its name, a string literal
+  uint64_t ranNs;    // time the protocol thread spent running it
 };
+
+uint64_t nowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
 
 // One protocol thread as the rest of the process sees it.
 struct Thread {
@@ -50,6 +58,7 @@ struct Thread {
   std::atomic<int> waiting{0};  // control calls queued
   void (*wake)(int) = nullptr;
   std::atomic<bool> down{false};  // it ran and stopped: requests posted to it never complete
+  std::vector<ControlCallStats> stats;  // by call name, under Host::mu
 };
 
 // Never destroyed: the protocol threads may still run while the process exits.
@@ -464,18 +473,38 @@ tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const
   Host& h = host();
   if (forkedChild(h, call)) return TSN_INTERNAL_ERROR;
   if (refusedAtExit(call)) return TSN_INTERNAL_ERROR;  // an exit handler's call: no thread would run it
-  ControlCall ctl{&fn, TSN_SUCCESS, false, call};
+  ControlCall ctl{&fn, TSN_SUCCESS, false, call, 0};
   std::unique_lock<std::mutex> lk(h.mu);
   Thread& t = h.threads[thread];
   if (t.state != State::kRunning) {
     log(kLogWarn, "the plugin is not running: %s", t.why.empty() ? "init was not called" : t.why.c_str());
     return TSN_INTERNAL_ERROR;
   }
+  const uint64_t t0 = nowNs();
   t.control.push_back(&ctl);
   t.waiting.fetch_add(1, std::memory_order_seq_cst);
   t.wake(thread);
   h.cv.wait(lk, [&] { return ctl.done; });
+  // What the caller waited (hand-over, queue, the call, the way back), by call name.
+  const uint64_t waitedNs = nowNs() - t0;
+  ControlCallStats* st = nullptr;
+  for (ControlCallStats& x : t.stats)
+    if (x.call == call || std::strcmp(x.call, call) == 0) st = &x;
+  if (!st) {
+    t.stats.push_back(ControlCallStats{call, 0, 0, 0, 0});
+    st = &t.stats.back();
+  }
+  st->count++;
+  st->waitedNs += waitedNs;
+  st->ranNs += ctl.ranNs;
+  if (waitedNs > st->maxWaitedNs) st->maxWaitedNs = waitedNs;
   return ctl.rc;
+}
+
+std::vector<ControlCallStats> hostCallStats(int thread) {
+  Host& h = host();
+  std::lock_guard<std::mutex> g(h.mu);
+  return h.threads[thread].stats;
 }
 
 void hostPost(int thread, Request* r) {
@@ -506,8 +535,11 @@ bool hostRunOneControl(int thread, void (*beforeRun)(), const char** call) {
   }
   if (call) *call = c->call;
   beforeRun();
+  const uint64_t t0 = nowNs();
   tsn_result_t rc = (*c->fn)();
+  const uint64_t ran = nowNs() - t0;
   std::lock_guard<std::mutex> g(h.mu);
+  c->ranNs = ran;
   c->rc = rc;
   c->done = true;
   h.cv.notify_all();

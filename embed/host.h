@@ -2,8 +2,10 @@
 // (the plugin thread) starts at the first init and starts the others when the plugin asks.
 // NCCL's threads hand a protocol thread control calls (synchronous) and posted requests (queued).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "../native/internal.h"
 
@@ -18,6 +20,19 @@ tsn_result_t hostStart();
 // Runs fn on protocol thread `thread` and returns its result. Fails (internal error) when that
 // thread is not running, or in a child forked after the plugin started (a WARN names `call`).
 tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const char* call);
+
+// The control calls of protocol thread `thread` so far, by name: how many, how long their
+// callers (NCCL's threads) waited for them in all and at most, and how long the thread ran
+// them (TSNET_STATS). The rest of a wait is the hand-over, the queue behind other calls and
+// turns, and the way back.
+struct ControlCallStats {
+  const char* call;
+  uint64_t count;
+  uint64_t waitedNs;
+  uint64_t ranNs;
+  uint64_t maxWaitedNs;
+};
+std::vector<ControlCallStats> hostCallStats(int thread);
 
 // True, after a WARN naming `call`, where a request for protocol thread `thread` could never
 // complete: in a child forked after the plugin started (it has the plugin's memory but not its

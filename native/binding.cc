@@ -312,6 +312,24 @@ Napi::Value RunWait(const Napi::CallbackInfo& info) {
 // wakes() -> how late this protocol thread took the wake-ups other threads sent it.
 Napi::Value Wakes(const Napi::CallbackInfo& info) { return wakeDelaysObject(info.Env(), P->waker.delays); }
 
+// controlCalls() -> [{ call, count, waitedUs, ranUs, maxWaitedUs }]: this thread's control
+// calls by name, as their callers waited for them (embed/host.h, TSNET_STATS).
+Napi::Value ControlCalls(const Napi::CallbackInfo& info) {
+  Napi::Env e = info.Env();
+  std::vector<ControlCallStats> all = hostCallStats(P->index);
+  Napi::Array out = Napi::Array::New(e, all.size());
+  for (size_t i = 0; i < all.size(); i++) {
+    Napi::Object o = Napi::Object::New(e);
+    o.Set("call", all[i].call);
+    o.Set("count", static_cast<double>(all[i].count));
+    o.Set("waitedUs", static_cast<double>(all[i].waitedNs) / 1e3);
+    o.Set("ranUs", static_cast<double>(all[i].ranNs) / 1e3);
+    o.Set("maxWaitedUs", static_cast<double>(all[i].maxWaitedNs) / 1e3);
+    out.Set(static_cast<uint32_t>(i), o);
+  }
+  return out;
+}
+
 // wakeSelf(): a wake-up of this thread, as another thread sends it: a full turn (posted
 // requests and completions) once libuv reads the eventfd, right after the current callback.
 Napi::Value WakeSelf(const Napi::CallbackInfo& info) {
@@ -410,6 +428,7 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("busy", Napi::Function::New(e, Busy, "busy"));
   o.Set("earlyWakes", Napi::Function::New(e, EarlyWakes, "earlyWakes"));
   o.Set("wakes", Napi::Function::New(e, Wakes, "wakes"));
+  o.Set("controlCalls", Napi::Function::New(e, ControlCalls, "controlCalls"));
   o.Set("wakeState", Napi::Function::New(e, WakeState, "wakeState"));
   o.Set("wakeSelf", Napi::Function::New(e, WakeSelf, "wakeSelf"));
   o.Set("traceOpen", Napi::Function::New(e, TraceOpen, "traceOpen"));

@@ -573,7 +573,17 @@ tsn_result_t tsn_set_net_attr(void* ctx, const tsn_net_attr_t* attr) {
   Ctx* c = ctxOf(ctx);
   if (!c) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: %p is not a context from init", ctx);
   if (!attr) FAIL(TSN_INVALID_ARGUMENT, "setNetAttr: attr is NULL");
-  return hostCall(0, [&] { return jsSetNetAttr(c->jsId, attr); }, "setNetAttr");
+  {
+    std::lock_guard<std::mutex> g(c->attrMu);
+    if (c->hasAttr && std::memcmp(&c->attr, attr, sizeof *attr) == 0) return TSN_SUCCESS;
+  }
+  tsn_result_t rc = hostCall(0, [&] { return jsSetNetAttr(c->jsId, attr); }, "setNetAttr");
+  if (rc == TSN_SUCCESS) {
+    std::lock_guard<std::mutex> g(c->attrMu);
+    c->attr = *attr;
+    c->hasAttr = true;
+  }
+  return rc;
 }
 
 }  // extern "C"

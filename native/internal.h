@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 
 #include "engine/records.h"
 #include "generated/tsnet_abi.h"
@@ -31,6 +32,12 @@ struct Comm;
 struct Ctx {
   uint32_t magic;  // kMagicCtx
   uint32_t jsId;   // the plugin's context id
+  // setNetAttr: the hints last handed to the plugin. NCCL passes the same hints again for
+  // every operation it plans (22,000 calls a rank bringing up 48 communicators of 32
+  // channels under PyTorch, each a hand-over to protocol thread 0): only new ones go.
+  std::mutex attrMu;
+  bool hasAttr;
+  tsn_net_attr_t attr;
 };
 
 struct ListenComm {

@@ -61,6 +61,7 @@ const plugin = new Plugin({
   longest: () => binding.longest(),
   runWait: () => binding.runWait(),
   earlyWakes: () => binding.earlyWakes(),
+  controlCalls: () => binding.controlCalls(),
   ioCpu: () => Array.from(binding.ioStats()),
   ioWakes: () => binding.ioWakes(),
   processCpu: () => ({ threads: readThreadsCpu(), processUs: readProcessCpu() }),

@@ -1,6 +1,6 @@
 // The `tsnet` binding as the plugin sees it (native/binding.cc, native/engine/engine_js.cc).
 import type { LaneBinding } from './engine/native-link';
-import type { WakeDelays } from './stats';
+import type { ControlCallStats, WakeDelays } from './stats';
 import type { OfiBinding } from './transports/ofi/native-rail';
 import type { DialBinding } from './transports/tcp/dial';
 
@@ -58,6 +58,8 @@ export interface Binding extends LaneBinding, OfiBinding, DialBinding {
   ioWakes(): WakeDelays[];
   /** How late the calling protocol thread took the wake-ups sent to it. */
   wakes(): WakeDelays;
+  /** The calling protocol thread's control calls by name, as NCCL's threads waited for them (embed/host.h). */
+  controlCalls(): ControlCallStats[];
   /** Whether work waits for the calling protocol thread and a wake-up is on its way (binding.cc). */
   wakeState(): { work: boolean; pending: boolean; readable: boolean; spinning: boolean; sinceTurnMs: number };
   /** Sends the calling protocol thread a wake-up: a full turn right after the current callback. */

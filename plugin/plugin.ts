@@ -12,7 +12,7 @@ import { Op } from './native';
 import { propertiesOf } from './properties';
 import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
-import { type HoldSample, type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, holdLine, newSetupStats, processCpuLine, setupStatsLines, threadStatsLine, wakeStatsLine } from './stats';
+import { type ControlCallStats, type HoldSample, type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, controlCallsLine, holdLine, newSetupStats, processCpuLine, setupStatsLines, threadStatsLine, wakeStatsLine } from './stats';
 import { SpinAdapter } from './spin';
 import { StepStats, bothTraces } from './steps';
 import { Tracer } from './trace';
@@ -48,6 +48,8 @@ export interface PluginHost {
   runWait?(): number;
   /** Early wake-ups of this thread so far (TSNET_EARLY_WAKE); absent in tests' hosts. */
   earlyWakes?(): number;
+  /** This thread's control calls by name, as NCCL's threads waited for them (TSNET_STATS); absent in tests' hosts. */
+  controlCalls?(): ControlCallStats[];
   /** CPU microseconds of each I/O thread (thread 0 reports them). */
   ioCpu(): number[];
   /** Every thread of the process and its CPU, and the whole process's (thread 0 reports them, TSNET_STATS). */
@@ -495,6 +497,10 @@ export class Plugin {
         if (tm?.ready !== undefined) {
           st.connectHandshakes.add((tm.ready - tm.begun) * 1000);
           st.connectWaits.add((performance.now() - tm.ready) * 1000);
+        } else if (tm) {
+          // Given before ready (TSNET_CONNECT_EARLY): its handshake is timed when it ends.
+          st.connectEarly++;
+          tm.onReady = (ready) => st.connectHandshakes.add((ready - tm.begun) * 1000);
         }
       }
       log.info(`comm ${id}: connected`);
@@ -616,6 +622,8 @@ export class Plugin {
         log.info(threadStatsLine(this.host.thread, this.threadStats, this.host.threadCpu(), this.host.busy(), this.host.sentHere?.()));
         log.info(wakeStatsLine(`protocol thread ${this.host.thread}`, [this.host.wakes()]));
         for (const line of setupStatsLines(this.host.thread, this.setupStats)) log.info(line);
+        const calls = this.host.controlCalls?.();
+        if (calls?.length) log.info(controlCallsLine(this.host.thread, calls));
         const early = this.host.earlyWakes?.();
         if (early !== undefined && this.config.earlyWake) log.info(`stats: protocol thread ${this.host.thread}: early wake-ups ${early} (woken by a lane with its I/O thread)`);
         if (this.lostWakes) log.info(`stats: protocol thread ${this.host.thread}: the watchdog found work no wake-up had announced ${this.lostWakes} time(s)`);

@@ -257,6 +257,8 @@ export interface SetupStats {
   /** ... where the transport times them: from that first call to ready, and from ready to the call that took it. */
   connectHandshakes: TimeHistogram;
   connectWaits: TimeHistogram;
+  /** Comms given before ready (TSNET_CONNECT_EARLY): in connectHandshakes once ready, never in connectWaits. */
+  connectEarly: number;
   /** connect calls, and the µs spent in them. */
   connectCalls: number;
   connectUs: number;
@@ -270,7 +272,7 @@ export interface SetupStats {
 }
 
 export function newSetupStats(): SetupStats {
-  return { connected: new TimeHistogram(), connectHandshakes: new TimeHistogram(), connectWaits: new TimeHistogram(), connectCalls: 0, connectUs: 0, handshakes: new TimeHistogram(), waits: new TimeHistogram(), accepted: 0, acceptCalls: 0, acceptUs: 0 };
+  return { connected: new TimeHistogram(), connectHandshakes: new TimeHistogram(), connectWaits: new TimeHistogram(), connectEarly: 0, connectCalls: 0, connectUs: 0, handshakes: new TimeHistogram(), waits: new TimeHistogram(), accepted: 0, acceptCalls: 0, acceptUs: 0 };
 }
 
 /** The lines of a thread's set-up figures (none when it had neither connect nor accept calls). */
@@ -278,7 +280,8 @@ export function setupStatsLines(thread: number, s: SetupStats): string[] {
   const ms = (us: number) => (us / 1000).toFixed(1);
   const out: string[] = [];
   if (s.connectCalls) {
-    const parts = s.connectHandshakes.count ? `; first call to ready ${s.connectHandshakes.text()}; ready to connected ${s.connectWaits.text()}` : '';
+    const early = s.connectEarly ? `; ${s.connectEarly} given before ready` : '';
+    const parts = s.connectHandshakes.count ? `; first call to ready ${s.connectHandshakes.text()}; ready to connected ${s.connectWaits.text()}${early}` : early;
     out.push(
       `stats: protocol thread ${thread}: connects: ${s.connected.count} comm(s) up, first call to comm ${s.connected.text()}${parts}; ` +
         `${s.connectCalls} call(s), ${ms(s.connectUs)} ms in them`,
@@ -289,4 +292,27 @@ export function setupStatsLines(thread: number, s: SetupStats): string[] {
     out.push(`stats: protocol thread ${thread}: accepts: ${s.accepted} comm(s) up${parts}; ${s.acceptCalls} call(s), ${ms(s.acceptUs)} ms in them`);
   }
   return out;
+}
+
+/** A protocol thread's control calls of one name, as NCCL's threads waited for them (embed/host.h). */
+export interface ControlCallStats {
+  call: string;
+  count: number;
+  /** µs the callers waited in all: the hand-over, the queue behind other calls and turns, the call, the way back. */
+  waitedUs: number;
+  /** µs the thread ran them. */
+  ranUs: number;
+  maxWaitedUs: number;
+}
+
+/**
+ * One line of a thread's control calls, the longest waits first: where NCCL's threads waited
+ * for tsnet outside its posted requests (connects, accepts, listens, registrations, closes).
+ */
+export function controlCallsLine(thread: number, calls: readonly ControlCallStats[]): string {
+  const ms = (us: number) => (us / 1000).toFixed(1);
+  const parts = [...calls]
+    .sort((a, b) => b.waitedUs - a.waitedUs || a.call.localeCompare(b.call))
+    .map((c) => `${c.call} ${c.count}, waited ${ms(c.waitedUs)} ms (ran ${ms(c.ranUs)}, longest ${ms(c.maxWaitedUs)})`);
+  return `stats: protocol thread ${thread}: control calls as NCCL's threads waited for them: ${parts.join('; ')}`;
 }

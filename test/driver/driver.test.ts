@@ -247,6 +247,38 @@ describe('C driver, TCP, --procs 2, v12, TSNET_STATS', () => {
       expect(Number(m[2])).toBeGreaterThan(0);
       expect(Number(m[m.length - 1])).toBeGreaterThanOrEqual(Number(m[2])); // a call per comm at least
     }
+    // and how long the driver's threads waited for each kind of control call, counted in C
+    const part = (call: string) => `${call} (\\d+), waited ([\\d.]+) ms \\(ran ([\\d.]+), longest ([\\d.]+)\\)`;
+    const calls = [...r.err.matchAll(/^\[(\d+)\].*NET\/tsnet stats: protocol thread 0: control calls as NCCL's threads waited for them: (.*)$/gm)];
+    expect(new Set(calls.map((m) => m[1])).size, r.err.slice(-3000)).toBe(2);
+    const sender = calls.find((m) => m[1] === connects[0][1])![2];
+    const receiver = calls.find((m) => m[1] === accepts[0][1])![2];
+    const c = sender.match(new RegExp(part('connect')));
+    const a = receiver.match(new RegExp(part('accept')));
+    expect(c, sender).not.toBeNull();
+    expect(a, receiver).not.toBeNull();
+    expect(Number(c![1])).toBe(Number(connects[0][connects[0].length - 1])); // the calls JavaScript counted
+    expect(Number(a![1])).toBe(Number(accepts[0][accepts[0].length - 1]));
+    for (const m of [c!, a!]) expect(Number(m[2])).toBeGreaterThanOrEqual(Number(m[3])); // a wait holds the call's run
+    expect(receiver).toMatch(new RegExp(part('listen')));
+    expect(sender).toMatch(new RegExp(part('regMr')));
+    // The driver gives setNetAttr the same hints three times, then others: two reach the plugin.
+    for (const side of [sender, receiver]) expect(side.match(new RegExp(part('setNetAttr')))?.[1], side).toBe('2');
+  }, 120_000);
+
+  it('TSNET_CONNECT_EARLY=1: the transfer passes, and each connect gives its comm in one call, before the ACKs; its handshake is still timed', async () => {
+    requireLib();
+    const r = await runDriver(['transfer', '--procs', '2', '--version', '12', '--verbose'], { ...TCP, TSNET_STATS: '1', TSNET_CONNECT_EARLY: '1' });
+    expectClean(r);
+    const q = '(< \\d+|>= \\d+) us';
+    const connects = [...r.err.matchAll(new RegExp(`^\\[(\\d+)\\].*NET/tsnet stats: protocol thread 0: connects: (\\d+) comm\\(s\\) up, first call to comm median ${q}, p99 ${q}, max \\d+ us; first call to ready median ${q}, p99 ${q}, max \\d+ us; ready to connected -; (\\d+) given before ready; (\\d+) call\\(s\\), [\\d.]+ ms in them$`, 'gm'))];
+    expect(connects.length, r.err.slice(-3000)).toBe(1);
+    const m = connects[0];
+    const [up, early, calls] = [Number(m[2]), Number(m[m.length - 2]), Number(m[m.length - 1])];
+    expect(up).toBeGreaterThan(0);
+    expect(early).toBe(up); // over loopback every socket connects and greets within the first call
+    expect(calls).toBe(up);
+    expect(r.err).toMatch(/TCP connects give their comm before the ACKs = on \(TSNET_CONNECT_EARLY\)/);
   }, 120_000);
 
   it('TSNET_STATS=steps: the sender reports where its sends spent their time, the receiver its receives, the I/O threads\' steps included', async () => {

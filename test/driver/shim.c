@@ -385,6 +385,14 @@ tsn_result_t shim_finalize(const Net* n, void* ctx) {
   return TSN_SUCCESS;
 }
 
+tsn_result_t shim_set_net_attr(const Net* n, void* ctx, tsn_net_attr_t* attr) {
+  switch (n->version) {
+    case 11: return T(11)->setNetAttr(ctx, attr);
+    case 12: return T(12)->setNetAttr(ctx, attr);
+  }
+  return TSN_SUCCESS;
+}
+
 int shim_shm_regions(int pid, int remove, void (*each)(const char* path, void* arg), void* arg) {
   DIR* d = opendir("/dev/shm");
   if (!d) return 0;

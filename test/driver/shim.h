@@ -85,6 +85,8 @@ tsn_result_t shim_close_recv(const Net* n, void* recvComm);
 tsn_result_t shim_close_listen(const Net* n, void* listenComm);
 // v11+ only; returns 0 below.
 tsn_result_t shim_finalize(const Net* n, void* ctx);
+// v11+: setNetAttr (older versions: success, nothing called).
+tsn_result_t shim_set_net_attr(const Net* n, void* ctx, tsn_net_attr_t* attr);
 
 // The CUDA driver, opened at run time (dlopen of libcuda.so.1) with GPU 0's primary context
 // current, for the GPU scenarios of the driver and the bench. shim_cuda_open returns 0, or -1

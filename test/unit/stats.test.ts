@@ -122,4 +122,20 @@ describe('connection set-up figures (TSNET_STATS)', () => {
       'stats: protocol thread 3: accepts: 2 comm(s) up; first message to ready median < 512 us, p99 < 8192 us, max 5000 us; ready to accepted median < 16 us, p99 < 64 us, max 40 us; 7 call(s), 0.1 ms in them',
     ]);
   });
+
+  it('connects given before ready (TSNET_CONNECT_EARLY) are counted; their handshakes, once timed, join the others', () => {
+    const s = newSetupStats();
+    s.connectCalls = 2;
+    s.connectUs = 900;
+    s.connected.add(300);
+    s.connected.add(400);
+    s.connectEarly = 2;
+    expect(setupStatsLines(0, s)).toEqual([
+      'stats: protocol thread 0: connects: 2 comm(s) up, first call to comm median < 512 us, p99 < 512 us, max 400 us; 2 given before ready; 2 call(s), 0.9 ms in them',
+    ]);
+    s.connectHandshakes.add(1500);
+    expect(setupStatsLines(0, s)).toEqual([
+      'stats: protocol thread 0: connects: 2 comm(s) up, first call to comm median < 512 us, p99 < 512 us, max 400 us; first call to ready median < 2048 us, p99 < 2048 us, max 1500 us; ready to connected -; 2 given before ready; 2 call(s), 0.9 ms in them',
+    ]);
+  });
 });
