@@ -30,6 +30,7 @@ TCP, over libfabric, NCCL's Socket). Three modes:
 that the script itself can be tried on a machine without GPUs.
 
 Each rank prints lines starting with "guest r<rank>:"; rank 0 writes --json with the figures.
+--one-gpu puts every rank on GPU 0 as different hosts (NCCL_HOSTID) for a machine with one GPU.
 """
 
 import argparse
@@ -55,6 +56,14 @@ P.add_argument("--timeout", type=float, default=180, help="process group timeout
 P.add_argument("--churn", type=int, default=3, help="communicators created and destroyed")
 P.add_argument("--groups", type=int, default=32, help="many: communicators held at once")
 P.add_argument("--quiet", type=float, default=3.0, help="many: seconds every communicator stays idle before a round")
+P.add_argument("--round2-elems", type=int, default=1 << 18,
+               help="many: elements of the second round's all_reduce (with every rank on one GPU, 48 "
+                    "communicators' 1 MiB all_reduces posted at once hung under Socket too: their kernels "
+                    "do not all fit on the GPU at once)")
+P.add_argument("--one-gpu", action="store_true",
+               help="every rank on GPU 0, each with an NCCL_HOSTID of its own, so that NCCL takes the ranks for "
+                    "different hosts and connects them through the net plugin (a machine with one GPU; start an "
+                    "MPS daemon first, or the ranks' kernels time-slice the GPU)")
 ARGS = P.parse_args()
 
 RANK = int(os.environ["RANK"])
@@ -62,7 +71,9 @@ WORLD = int(os.environ["WORLD_SIZE"])
 LOCAL = int(os.environ.get("LOCAL_RANK", RANK))
 CUDA = ARGS.device == "cuda"
 BACKEND = "nccl" if CUDA else "gloo"
-DEV = torch.device("cuda", LOCAL) if CUDA else torch.device("cpu")
+DEV = torch.device("cuda", 0 if ARGS.one_gpu else LOCAL) if CUDA else torch.device("cpu")
+if ARGS.one_gpu:
+    os.environ["NCCL_HOSTID"] = f"tsnet-guest-rank-{RANK}"  # read by NCCL at its first communicator
 FAILED = []
 FIGURES = {}
 
@@ -192,7 +203,7 @@ def check_ddp():
     torch.manual_seed(1234)  # the same initial weights everywhere (DDP also broadcasts them)
     model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(),
                           nn.Linear(1024, 512), nn.GELU(), nn.Linear(512, 10)).to(DEV)
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[LOCAL] if CUDA else None, bucket_cap_mb=1)
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[DEV.index] if CUDA else None, bucket_cap_mb=1)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     teacher = torch.randn(256, 10, generator=torch.Generator().manual_seed(5))  # labels to learn
     gen = torch.Generator().manual_seed(77 + RANK)  # each rank its own data
@@ -421,7 +432,7 @@ def many():
         say(f"many: {label}: an all_reduce of {n * 4} B on each of {len(groups)} communicators, all posted first, in {ms:.1f} ms")
         return ms
 
-    FIGURES["many_rounds_ms"] = [round_all("round 1", 1 << 10, 600), round_all("round 2", 1 << 18, 700)]
+    FIGURES["many_rounds_ms"] = [round_all("round 1", 1 << 10, 600), round_all("round 2", ARGS.round2_elems, 700)]
     time.sleep(ARGS.quiet)  # every communicator idle at once: whatever keeps connections alive fires together
     FIGURES["many_rounds_ms"].append(round_all(f"after {ARGS.quiet:g} s quiet", 1 << 10, 800))
     t0 = time.perf_counter()
