@@ -5,7 +5,8 @@
 // waiting for the ACKs cost about three calls per comm. Sends posted meanwhile wait here, in
 // order, and go to the real comm as soon as the connector has made it (a watch on its
 // sockets, between NCCL's calls); a connect that then fails ends them, and every later send,
-// with the connect's error.
+// with the connect's error. Opt-in (TSNET_CONNECT_EARLY=1): under PyTorch it took each comm in
+// one call, but the communicators came up no sooner (docs/performance.md, item 44).
 import { ResultCode } from '../abi';
 import { type NetError, invalidUsage } from '../errors';
 import { log } from '../log';
