@@ -489,7 +489,10 @@ tsn_result_t hostCall(int thread, const std::function<tsn_result_t()>& fn, const
   const uint64_t waitedNs = nowNs() - t0;
   ControlCallStats* st = nullptr;
   for (ControlCallStats& x : t.stats)
-    if (x.call == call || std::strcmp(x.call, call) == 0) st = &x;
+    if (x.call == call || std::strcmp(x.call, call) == 0) {
+      st = &x;
+      break;
+    }
   if (!st) {
     t.stats.push_back(ControlCallStats{call, 0, 0, 0, 0});
     st = &t.stats.back();

@@ -225,6 +225,9 @@ export function processCpuLine(threads: ThreadCpu[], processUs?: number): string
 /** Buckets of a TimeHistogram: bucket k holds times below 2^(k+1) µs, the last one the rest (from about 8 s). */
 export const SETUP_BUCKETS = 24;
 
+/** µs as ms with one decimal (set-up lines). */
+const msText = (us: number) => (us / 1000).toFixed(1);
+
 /** Times in µs by powers of two (connection set-up, TSNET_STATS). */
 export class TimeHistogram {
   count = 0;
@@ -277,19 +280,18 @@ export function newSetupStats(): SetupStats {
 
 /** The lines of a thread's set-up figures (none when it had neither connect nor accept calls). */
 export function setupStatsLines(thread: number, s: SetupStats): string[] {
-  const ms = (us: number) => (us / 1000).toFixed(1);
   const out: string[] = [];
   if (s.connectCalls) {
     const early = s.connectEarly ? `; ${s.connectEarly} given before ready` : '';
     const parts = s.connectHandshakes.count ? `; first call to ready ${s.connectHandshakes.text()}; ready to connected ${s.connectWaits.text()}${early}` : early;
     out.push(
       `stats: protocol thread ${thread}: connects: ${s.connected.count} comm(s) up, first call to comm ${s.connected.text()}${parts}; ` +
-        `${s.connectCalls} call(s), ${ms(s.connectUs)} ms in them`,
+        `${s.connectCalls} call(s), ${msText(s.connectUs)} ms in them`,
     );
   }
   if (s.acceptCalls) {
     const parts = s.handshakes.count ? `; first message to ready ${s.handshakes.text()}; ready to accepted ${s.waits.text()}` : '';
-    out.push(`stats: protocol thread ${thread}: accepts: ${s.accepted} comm(s) up${parts}; ${s.acceptCalls} call(s), ${ms(s.acceptUs)} ms in them`);
+    out.push(`stats: protocol thread ${thread}: accepts: ${s.accepted} comm(s) up${parts}; ${s.acceptCalls} call(s), ${msText(s.acceptUs)} ms in them`);
   }
   return out;
 }
@@ -310,9 +312,8 @@ export interface ControlCallStats {
  * for tsnet outside its posted requests (connects, accepts, listens, registrations, closes).
  */
 export function controlCallsLine(thread: number, calls: readonly ControlCallStats[]): string {
-  const ms = (us: number) => (us / 1000).toFixed(1);
   const parts = [...calls]
     .sort((a, b) => b.waitedUs - a.waitedUs || a.call.localeCompare(b.call))
-    .map((c) => `${c.call} ${c.count}, waited ${ms(c.waitedUs)} ms (ran ${ms(c.ranUs)}, longest ${ms(c.maxWaitedUs)})`);
+    .map((c) => `${c.call} ${c.count}, waited ${msText(c.waitedUs)} ms (ran ${msText(c.ranUs)}, longest ${msText(c.maxWaitedUs)})`);
   return `stats: protocol thread ${thread}: control calls as NCCL's threads waited for them: ${parts.join('; ')}`;
 }

@@ -178,9 +178,10 @@ Napi::Value dialFailed(Napi::Env env, int err, const char* syscall) {
   return o;
 }
 
-// tcpDial(address, port, local?): a non-blocking, close-on-exec TCP socket (TCP_NODELAY) whose
-// connect to address:port has begun, bound first to local (port 0) when given. Returns its fd,
-// or { errno, syscall } when a call failed (the socket is closed then).
+// tcpDial(address, port, local?): a non-blocking, close-on-exec TCP socket whose connect to
+// address:port has begun, bound first to local (port 0) when given. Returns its fd, or
+// { errno, syscall } when a call failed (the socket is closed then). TCP_NODELAY comes with
+// ioAdopt: the handshake writes one greeting, which Nagle never holds back.
 Napi::Value TcpDial(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   double portD;
@@ -200,7 +201,6 @@ Napi::Value TcpDial(const Napi::CallbackInfo& info) {
   int fd = socket(to.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return dialFailed(env, errno, "socket");
   int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   if (bindFirst) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as libuv binds
   if (bindFirst && bind(fd, reinterpret_cast<sockaddr*>(&from), fromLen) < 0) {
     int err = errno;
@@ -345,8 +345,6 @@ Napi::Value TcpAccept(const Napi::CallbackInfo& info) {
     }
     return Napi::Number::New(env, -err);
   }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   Napi::Object o = Napi::Object::New(env);
   o.Set("fd", fd);
   o.Set("from", addressText(a));

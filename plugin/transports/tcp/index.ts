@@ -342,7 +342,6 @@ class TcpConnector implements Connector {
   close(): void {
     this.dials.forEach((d) => d.dispose());
     if (!this.taken) this.link?.close(false); // once taken, the comm owns it (early: once attached)
-    this.failed ??= systemError('connect: closed');
   }
 
   /** Each socket's handshake as far as it goes now; the link once every one is answered. */
