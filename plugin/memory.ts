@@ -40,9 +40,23 @@ export class Regions {
   add(id: number, comm: number, buffer: ArrayBuffer | null, base: number, size = buffer?.byteLength ?? 0): Region {
     const r: Region = { id, comm, base, size, bytes: buffer ? new Uint8Array(buffer) : null, kind: buffer ? 'host' : 'cuda', regs: [], dev: 0 };
     this.byId.set(id, r);
-    this.sorted.push(r);
-    this.sorted.sort((a, b) => a.base - b.base);
+    // After every region of the same base: the order a stable sort would give. NCCL registers
+    // thousands of regions per process; sorting or filtering the whole list per call cost
+    // tens of µs each at that count.
+    this.sorted.splice(this.above(base), 0, r);
     return r;
+  }
+
+  /** The index of the first region whose base is above base. */
+  private above(base: number): number {
+    let lo = 0;
+    let hi = this.sorted.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.sorted[mid].base <= base) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
 
   get(id: number): Region {
@@ -54,7 +68,11 @@ export class Regions {
   delete(id: number): Region | undefined {
     const r = this.byId.get(id);
     this.byId.delete(id);
-    if (r) this.sorted = this.sorted.filter((x) => x !== r);
+    if (r) {
+      let i = this.above(r.base) - 1;
+      while (i >= 0 && this.sorted[i] !== r && this.sorted[i].base === r.base) i--;
+      if (i >= 0 && this.sorted[i] === r) this.sorted.splice(i, 1);
+    }
     return r;
   }
 
@@ -64,14 +82,7 @@ export class Regions {
    * addr, the one with the highest base that holds the whole range.
    */
   find(addr: number, len: number): Region | undefined {
-    let lo = 0;
-    let hi = this.sorted.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >> 1;
-      if (this.sorted[mid].base <= addr) lo = mid + 1;
-      else hi = mid;
-    }
-    for (let i = lo - 1; i >= 0; i--) {
+    for (let i = this.above(addr) - 1; i >= 0; i--) {
       const r = this.sorted[i];
       if (addr < r.base + Math.max(r.size, 1) && addr + len <= r.base + r.size) return r;
     }

@@ -45,3 +45,34 @@ describe('Regions.find', () => {
     expect(rs.find(0x20000, 1)).toBeUndefined();
   });
 });
+
+describe('Regions kept in order', () => {
+  it('thousands of regions added and deleted in a shuffled order: every lookup finds the region that holds it', () => {
+    // A fixed permutation (a multiplicative step modulo a prime): regions added out of order,
+    // some with the same base as another (registered whole and in part), deleted in another order.
+    const N = 997;
+    const rs = new Regions();
+    const base = (k: number) => 0x10_0000 + k * 0x1000;
+    for (let i = 0; i < N; i++) {
+      const k = (i * 389) % N;
+      rs.add(2 * k + 1, 1, new ArrayBuffer(0), base(k), 0x1000);
+      if (k % 3 === 0) rs.add(2 * k + 2, 1, new ArrayBuffer(0), base(k), 0x800);
+    }
+    for (let k = 0; k < N; k++) {
+      expect(rs.find(base(k), 0x1000)?.id).toBe(2 * k + 1);
+      expect(rs.find(base(k) + 0x800, 0x800)?.id).toBe(2 * k + 1);
+      expect(rs.find(base(k) + 0x7ff, 1)?.id).toBe(k % 3 === 0 ? 2 * k + 2 : 2 * k + 1); // the later of two with one base
+    }
+    for (let i = 0; i < N; i++) {
+      const k = (i * 577) % N;
+      if (k % 2 === 0) expect(rs.delete(2 * k + 1)?.id).toBe(2 * k + 1);
+    }
+    for (let k = 0; k < N; k++) {
+      if (k % 2 === 0) expect(rs.find(base(k), 0x1000), `region ${k}`).toBeUndefined();
+      else expect(rs.find(base(k), 0x1000)?.id).toBe(2 * k + 1);
+      if (k % 3 === 0) expect(rs.find(base(k), 0x800)?.id).toBe(2 * k + 2);
+      else if (k % 2 === 0) expect(rs.find(base(k), 0x800)).toBeUndefined();
+    }
+    expect(rs.delete(2 * 0 + 1)).toBeUndefined(); // deleted already
+  });
+});
