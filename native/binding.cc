@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
+#include <v8.h>
 
 #include <cstdio>
 #include <cstring>
@@ -629,6 +630,24 @@ tsn_result_t jsAttachComm(Comm* comm) {
   return rc;
 }
 
+// An ArrayBuffer over memory that is NCCL's, not V8's: its backing store has V8's empty deleter,
+// so V8 neither frees the memory nor counts it as external memory of its heap. Counted (as
+// napi_create_external_arraybuffer's are), every 64 MiB NCCL registered made V8 start a full
+// collection to free memory that collecting can never free: a job that registers gigabytes
+// (3328 comms of a rank under PyTorch held 20 GiB) paid hundreds of full collections while its
+// comms came up (docs/performance.md, item 45). The view is detached at deregMr, before NCCL
+// frees the memory. N-API has no call for such a store, so V8's is used; a napi_value is the
+// slot of a v8::Local (N-API's own conversion copies it the same way).
+static Napi::ArrayBuffer ncclView(Napi::Env env, void* data, size_t size) {
+  v8::Isolate* isolate = v8::Isolate::GetCurrent();
+  std::unique_ptr<v8::BackingStore> store = v8::ArrayBuffer::NewBackingStore(data, size, v8::BackingStore::EmptyDeleter, nullptr);
+  v8::Local<v8::ArrayBuffer> local = v8::ArrayBuffer::New(isolate, std::move(store));
+  static_assert(sizeof(napi_value) == sizeof(local), "a napi_value is a v8::Local's slot");
+  napi_value value;
+  std::memcpy(&value, &local, sizeof value);
+  return Napi::ArrayBuffer(env, value);
+}
+
 tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr, int fd, uint64_t offset) {
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
@@ -645,7 +664,7 @@ tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr, int 
   // none: JavaScript must never touch it.
   Napi::ArrayBuffer ab;
   if (type == TSN_PTR_HOST) {
-    ab = Napi::ArrayBuffer::New(env, data, size);
+    ab = ncclView(env, data, size);
     a.Set("buffer", ab);
   }
   tsn_result_t rc = control("regMr", a, &out);
