@@ -12,7 +12,7 @@ import { Op } from './native';
 import { propertiesOf } from './properties';
 import { ZEROS } from './protocol/endpoint';
 import { newRecvArgs } from './protocol/receiver';
-import { type ControlCallStats, type HoldSample, type ThreadCpu, type ThreadStats, type WakeDelays, commStatsLine, controlCallsLine, holdLine, newSetupStats, processCpuLine, setupStatsLines, threadStatsLine, wakeStatsLine } from './stats';
+import { type ControlCallStats, type HoldSample, type ThreadCpu, type ThreadStats, type WakeDelays, GcStats, commStatsLine, controlCallsLine, gcStatsLine, holdLine, newSetupStats, processCpuLine, setupStatsLines, threadStatsLine, wakeStatsLine } from './stats';
 import { SpinAdapter } from './spin';
 import { StepStats, bothTraces } from './steps';
 import { Tracer } from './trace';
@@ -131,6 +131,8 @@ export class Plugin {
   /** A collection asked for once this thread's last comm closed (idleCollect). */
   private collecting: ReturnType<typeof setTimeout> | undefined;
   private readonly regions = new Regions();
+  /** TSNET_STATS: V8's collections on this thread. */
+  private readonly gcStats = new GcStats();
   private readonly args = newRecvArgs();
   private readonly threadStats: ThreadStats = { requests: 0, cpuStart: 0, busyStart: 0, started: monoMs() };
   /** TSNET_STATS: what connect and accept calls cost this thread. */
@@ -376,6 +378,7 @@ export class Plugin {
       this.host.timestamps();
       this.steps = new StepStats(this.host.slotsPerComm);
     }
+    if (config.stats) this.gcStats.start();
     this.threadStats.cpuStart = this.host.threadCpu();
     this.threadStats.busyStart = this.host.busy();
     this.startWatchdog(config.timeoutSec * 1000);
@@ -624,6 +627,7 @@ export class Plugin {
         for (const line of setupStatsLines(this.host.thread, this.setupStats)) log.info(line);
         const calls = this.host.controlCalls?.();
         if (calls?.length) log.info(controlCallsLine(this.host.thread, calls));
+        log.info(gcStatsLine(this.host.thread, this.gcStats.counts, process.memoryUsage()));
         const early = this.host.earlyWakes?.();
         if (early !== undefined && this.config.earlyWake) log.info(`stats: protocol thread ${this.host.thread}: early wake-ups ${early} (woken by a lane with its I/O thread)`);
         if (this.lostWakes) log.info(`stats: protocol thread ${this.host.thread}: the watchdog found work no wake-up had announced ${this.lostWakes} time(s)`);

@@ -2,6 +2,7 @@
 // closes and when a context is finalized. Costs nothing when off (counters only).
 import type { CommStats } from './protocol/endpoint';
 import * as fs from 'node:fs';
+import { PerformanceObserver, constants as perf } from 'node:perf_hooks';
 import { monoMs } from './clock';
 
 export interface ThreadStats {
@@ -316,4 +317,56 @@ export function controlCallsLine(thread: number, calls: readonly ControlCallStat
     .sort((a, b) => b.waitedUs - a.waitedUs || a.call.localeCompare(b.call))
     .map((c) => `${c.call} ${c.count}, waited ${msText(c.waitedUs)} ms (ran ${msText(c.ranUs)}, longest ${msText(c.maxWaitedUs)})`);
   return `stats: protocol thread ${thread}: control calls as NCCL's threads waited for them: ${parts.join('; ')}`;
+}
+
+/** V8's collections on one protocol thread, by kind: how many, and their pauses in ms. */
+export interface GcCounts {
+  full: number;
+  fullMs: number;
+  young: number;
+  youngMs: number;
+}
+
+/**
+ * Counts V8's collections on this thread from when it starts (TSNET_STATS): full ones are what
+ * external memory V8 counts makes it run (docs/performance.md, item 45); the pauses are V8's
+ * own figures, incremental marking steps not included.
+ */
+export class GcStats {
+  readonly counts: GcCounts = { full: 0, fullMs: 0, young: 0, youngMs: 0 };
+  private observer: PerformanceObserver | undefined;
+
+  start(): void {
+    if (this.observer) return;
+    this.observer = new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) this.add((e.detail as { kind?: number } | undefined)?.kind ?? 0, e.duration);
+    });
+    this.observer.observe({ entryTypes: ['gc'] });
+  }
+
+  add(kind: number, ms: number): void {
+    if (kind === perf.NODE_PERFORMANCE_GC_MAJOR) {
+      this.counts.full++;
+      this.counts.fullMs += ms;
+    } else if (kind === perf.NODE_PERFORMANCE_GC_MINOR) {
+      this.counts.young++;
+      this.counts.youngMs += ms;
+    }
+  }
+}
+
+/** What a protocol thread's isolate holds: V8's heap, and the memory outside it that V8 counts (ArrayBuffers'). */
+export interface HeapFigures {
+  heapUsed: number;
+  heapTotal: number;
+  external: number;
+}
+
+const mib = (bytes: number) => (bytes / 1048576).toFixed(1);
+
+export function gcStatsLine(thread: number, g: GcCounts, h: HeapFigures): string {
+  return (
+    `stats: protocol thread ${thread}: V8 collections ${g.full} full (${g.fullMs.toFixed(1)} ms), ${g.young} young (${g.youngMs.toFixed(1)} ms); ` +
+    `heap ${mib(h.heapUsed)} of ${mib(h.heapTotal)} MiB, external ${mib(h.external)} MiB`
+  );
 }

@@ -3747,7 +3747,8 @@ static void sc_held(int version) {
 
 // Many comm pairs of one process open at once (TSNET_TEST_PAIRS, 256 by default): every listen
 // first, then connects and accepts in sweeps over all of them, as NCCL's proxy connects a
-// communicator's peers; then (TSNET_TEST_QUIET_MS) a pause; then 3 rounds of one 64 KiB message
+// communicator's peers; then (TSNET_TEST_REG_MIB) a large region more per comm; then
+// (TSNET_TEST_QUIET_MS) a pause; then 3 rounds of one 64 KiB message
 // on every pair, all posted before any is tested, each validated; then every close. A job with many peers and channels holds
 // hundreds of comms per process; a per-process table, an id space or a queue that fills would
 // show here as a failed call, a lost message or a hang.
@@ -3799,6 +3800,25 @@ static int many_cycle(Net* np, void* ctx, int P) {
       regs++;
   }
   if (up == P) check(regs == P, "regMr on both sides of %d pairs (%d)", P, regs);
+  // TSNET_TEST_REG_MIB: each comm also registers a region of that many MiB that nothing reads or
+  // writes (mapped, never touched, so it costs no resident memory), as NCCL registers per
+  // connection buffers of which small messages touch a few pages; the sweep is timed.
+  const char* rmib = getenv("TSNET_TEST_REG_MIB");
+  size_t big = rmib && atoi(rmib) > 0 ? (size_t)atoi(rmib) << 20 : 0;
+  void** bigmh = big ? calloc((size_t)2 * P, sizeof *bigmh) : NULL;
+  uint8_t* bigmem = NULL;
+  if (big && regs == P) {
+    bigmem = mmap(NULL, big * 2 * (size_t)P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (check(bigmem != MAP_FAILED, "map %zu MiB for the large regions", (big >> 20) * 2 * (size_t)P)) {
+      double t = now_s();
+      int bigs = 0;
+      for (int i = 0; i < 2 * P; i++)
+        bigs += shim_reg_mr(&n, i < P ? sc[i] : rc[i - P], bigmem + (size_t)i * big, big, TSN_PTR_HOST, &bigmh[i]) == TSN_SUCCESS;
+      check(bigs == 2 * P, "regMr of %d regions of %zu MiB in %.3f s (%d)", 2 * P, big >> 20, now_s() - t, bigs);
+    } else {
+      bigmem = NULL;
+    }
+  }
   // TSNET_TEST_QUIET_MS: every comm quiet that long first, so that each sends its heartbeats,
   // all at the same ticks: a burst of as many messages as there are comms into one endpoint.
   const char* quiet = getenv("TSNET_TEST_QUIET_MS");
@@ -3839,6 +3859,15 @@ static int many_cycle(Net* np, void* ctx, int P) {
   }
   if (regs == P) note("resident with every pair up: %ld KiB", resident_kib());
   int closes = 0;
+  if (bigmem) {
+    double t = now_s();
+    int deregs = 0;
+    for (int i = 0; i < 2 * P; i++)
+      if (bigmh[i]) deregs += shim_dereg_mr(&n, i < P ? sc[i] : rc[i - P], bigmh[i]) == TSN_SUCCESS;
+    note("deregMr of %d large regions in %.3f s", deregs, now_s() - t);
+    munmap(bigmem, big * 2 * (size_t)P);
+  }
+  free(bigmh);
   for (int i = 0; i < P; i++) {
     if (smh[i]) shim_dereg_mr(&n, sc[i], smh[i]);
     if (rmh[i]) shim_dereg_mr(&n, rc[i], rmh[i]);

@@ -959,6 +959,7 @@ describe('TSNET_STATS', () => {
       // and does not time its handshakes
       'stats: protocol thread 0: connects: 1 comm(s) up, first call to comm median < 2 us, p99 < 2 us, max 0 us; 1 call(s), 0.0 ms in them',
       'stats: protocol thread 0: accepts: 1 comm(s) up; 1 call(s), 0.0 ms in them',
+      expect.stringMatching(/^stats: protocol thread 0: V8 collections \d+ full \([\d.]+ ms\), \d+ young \([\d.]+ ms\); heap [\d.]+ of [\d.]+ MiB, external [\d.]+ MiB$/),
       'stats: I/O threads CPU 1.500 s, 2.250 s',
       // 4 wake-ups: one each below 4, 8 and 16 us, one of 2.5 ms (below 4096 us)
       'stats: wake-ups of 2 I/O thread(s): 4, mean 632.5 us, median < 8 us, p99 < 4096 us, max 2500 us',
@@ -973,6 +974,7 @@ describe('TSNET_STATS', () => {
     expect(infos().filter((m) => m.startsWith('stats: '))).toEqual([
       expect.stringMatching(/^stats: protocol thread 2: 0 requests in \d+\.\d\d s; CPU 0\.000 s \(- us per request\), busy 0\.000 s \(- us per request\)$/),
       'stats: wake-ups of protocol thread 2: none',
+      expect.stringMatching(/^stats: protocol thread 2: V8 collections \d+ full \([\d.]+ ms\), \d+ young \([\d.]+ ms\); heap [\d.]+ of [\d.]+ MiB, external [\d.]+ MiB$/),
     ]);
   });
 

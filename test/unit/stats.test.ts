@@ -4,7 +4,8 @@ import { describe, expect, it } from 'vitest';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { SETUP_BUCKETS, TimeHistogram, newSetupStats, parseThreadStat, processCpuLine, readProcessCpu, readThreadsCpu, setupStatsLines } from '../../plugin/stats';
+import { constants as perf } from 'node:perf_hooks';
+import { GcStats, SETUP_BUCKETS, TimeHistogram, gcStatsLine, newSetupStats, parseThreadStat, processCpuLine, readProcessCpu, readThreadsCpu, setupStatsLines } from '../../plugin/stats';
 
 // A stat line as proc(5) writes it: utime 250 and stime 50 ticks (3 s at USER_HZ 100).
 const statLine = (tid: number, name: string, utime: number, stime: number) =>
@@ -137,5 +138,31 @@ describe('connection set-up figures (TSNET_STATS)', () => {
     expect(setupStatsLines(0, s)).toEqual([
       'stats: protocol thread 0: connects: 2 comm(s) up, first call to comm median < 512 us, p99 < 512 us, max 400 us; first call to ready median < 2048 us, p99 < 2048 us, max 1500 us; ready to connected -; 2 given before ready; 2 call(s), 0.9 ms in them',
     ]);
+  });
+});
+
+describe("V8's collections on a protocol thread (TSNET_STATS)", () => {
+  it('counts full and young collections apart with their pauses, and leaves the other kinds out', () => {
+    const g = new GcStats();
+    g.add(perf.NODE_PERFORMANCE_GC_MAJOR, 4.25);
+    g.add(perf.NODE_PERFORMANCE_GC_MAJOR, 1);
+    g.add(perf.NODE_PERFORMANCE_GC_MINOR, 0.5);
+    g.add(perf.NODE_PERFORMANCE_GC_INCREMENTAL, 3);
+    g.add(perf.NODE_PERFORMANCE_GC_WEAKCB, 3);
+    expect(g.counts).toEqual({ full: 2, fullMs: 5.25, young: 1, youngMs: 0.5 });
+    expect(gcStatsLine(2, g.counts, { heapUsed: 5.5 * 1048576, heapTotal: 24 * 1048576, external: 73.25 * 1048576 })).toBe(
+      'stats: protocol thread 2: V8 collections 2 full (5.3 ms), 1 young (0.5 ms); heap 5.5 of 24.0 MiB, external 73.3 MiB',
+    );
+  });
+
+  it("once started, sees this thread's own collections", async () => {
+    const g = new GcStats();
+    g.start();
+    const gc = (globalThis as { gc?: () => void }).gc;
+    if (gc) gc();
+    else for (let i = 0; i < 40; i++) new Array(1 << 16).fill({ i }); // young collections at least
+    await new Promise((r) => setTimeout(r, 50));
+    expect(g.counts.full + g.counts.young).toBeGreaterThan(0);
+    if (gc) expect(g.counts.full).toBeGreaterThanOrEqual(1);
   });
 });
