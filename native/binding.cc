@@ -395,6 +395,25 @@ Napi::Value TraceWrite(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// An ArrayBuffer over memory that is not V8's to free: NCCL's registered regions (detached at
+// deregMr, before NCCL frees them) and the engine's receive rings (detached at ioClose, freed by
+// the engine). Its backing store has V8's empty deleter, so V8 neither frees the memory nor
+// counts it as external memory of its heap. Counted (as napi_create_external_arraybuffer's
+// are), every 64 MiB or so made V8 start a full collection to free memory that collecting
+// frees only later or never: a rank under PyTorch registered 20 GiB on 3328 comms, and 1024
+// TCP comm pairs connected and closed twice made 37-50 full collections with their rings
+// counted, 8-9 without (docs/performance.md, item 45). N-API has no call for such a store, so V8's is used; a napi_value is the slot of a
+// v8::Local (N-API's own conversion copies it the same way).
+napi_value uncountedView(napi_env, void* data, size_t size) {
+  v8::Isolate* isolate = v8::Isolate::GetCurrent();
+  std::unique_ptr<v8::BackingStore> store = v8::ArrayBuffer::NewBackingStore(data, size, v8::BackingStore::EmptyDeleter, nullptr);
+  v8::Local<v8::ArrayBuffer> local = v8::ArrayBuffer::New(isolate, std::move(store));
+  static_assert(sizeof(napi_value) == sizeof(local), "a napi_value is a v8::Local's slot");
+  napi_value value;
+  std::memcpy(&value, &local, sizeof value);
+  return value;
+}
+
 }  // namespace
 
 bool callPlugin(napi_env env, napi_async_context async, napi_value fn, const char* what, size_t argc,
@@ -436,6 +455,7 @@ napi_value bindingInit(napi_env env, napi_value exports) {
   o.Set("traceWrite", Napi::Function::New(e, TraceWrite, "traceWrite"));
   o.Set("timestamps", Napi::Function::New(e, Timestamps, "timestamps"));
   o.Set("thread", tIndex < 0 ? 0 : tIndex);
+  engineSetRingView(uncountedView);
   engineRegister(env, exports);
   return exports;
 }
@@ -630,24 +650,6 @@ tsn_result_t jsAttachComm(Comm* comm) {
   return rc;
 }
 
-// An ArrayBuffer over memory that is NCCL's, not V8's: its backing store has V8's empty deleter,
-// so V8 neither frees the memory nor counts it as external memory of its heap. Counted (as
-// napi_create_external_arraybuffer's are), every 64 MiB NCCL registered made V8 start a full
-// collection to free memory that collecting can never free: a job that registers gigabytes
-// (3328 comms of a rank under PyTorch held 20 GiB) paid hundreds of full collections while its
-// comms came up (docs/performance.md, item 45). The view is detached at deregMr, before NCCL
-// frees the memory. N-API has no call for such a store, so V8's is used; a napi_value is the
-// slot of a v8::Local (N-API's own conversion copies it the same way).
-static Napi::ArrayBuffer ncclView(Napi::Env env, void* data, size_t size) {
-  v8::Isolate* isolate = v8::Isolate::GetCurrent();
-  std::unique_ptr<v8::BackingStore> store = v8::ArrayBuffer::NewBackingStore(data, size, v8::BackingStore::EmptyDeleter, nullptr);
-  v8::Local<v8::ArrayBuffer> local = v8::ArrayBuffer::New(isolate, std::move(store));
-  static_assert(sizeof(napi_value) == sizeof(local), "a napi_value is a v8::Local's slot");
-  napi_value value;
-  std::memcpy(&value, &local, sizeof value);
-  return Napi::ArrayBuffer(env, value);
-}
-
 tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr, int fd, uint64_t offset) {
   Napi::Env env(P->env);
   Napi::HandleScope scope(env);
@@ -664,7 +666,7 @@ tsn_result_t jsRegMr(Comm* comm, void* data, size_t size, int type, Mr* mr, int 
   // none: JavaScript must never touch it.
   Napi::ArrayBuffer ab;
   if (type == TSN_PTR_HOST) {
-    ab = ncclView(env, data, size);
+    ab = Napi::ArrayBuffer(env, uncountedView(env, data, size));
     a.Set("buffer", ab);
   }
   tsn_result_t rc = control("regMr", a, &out);

@@ -31,4 +31,10 @@ bool engineIoParked(int n);
 // the binding's exports of the calling protocol thread.
 void engineRegister(napi_env env, napi_value exports);
 
+// Makes the ArrayBuffer of a TCP control lane's receive ring over [p, p+bytes): memory the engine
+// frees itself (at ioClose, or when V8 collects the ArrayBuffer), so the plugin's library makes
+// one V8 does not count (binding.cc); without one, N-API's external ArrayBuffer.
+using RingViewMaker = napi_value (*)(napi_env env, void* p, size_t bytes);
+void engineSetRingView(RingViewMaker make);
+
 }  // namespace tsn

@@ -65,6 +65,12 @@ struct RxMem {
   size_t bytes = 0;
 };
 void rxRelease(RxMem* m);
+// JavaScript's reference to a ring: dropped at ioClose (the ArrayBuffer detached then), or when
+// V8 collects the ArrayBuffer of a lane never closed from JavaScript, whichever comes first.
+struct RxView {
+  RxMem* mem = nullptr;
+  bool dropped = false;
+};
 
 struct Lane {
   uint32_t id = 0;
@@ -104,6 +110,8 @@ struct Lane {
   uint8_t* rx = nullptr;  // control lanes: the receive ring (rxMem), shared with its JavaScript ArrayBuffer
   tsn_rx_hdr_t* rxHdr = nullptr;
   struct RxMem* rxMem = nullptr;
+  struct RxView* rxView = nullptr;  // control lanes: JavaScript's hold on rxMem (its protocol thread only)
+  void* rxRef = nullptr;            // napi_ref: a weak reference to that ArrayBuffer (its protocol thread only)
   uint32_t rxCap = 0;
   bool rxStalled = false;  // the ring was full: no read until RX_RESUME (I/O thread only)
   // I/O thread only:

@@ -84,6 +84,40 @@ Napi::Value FdNote(const Napi::CallbackInfo& info) {
   return Napi::String::New(info.Env(), descriptorNote(code == "EMFILE" ? EMFILE : code == "ENFILE" ? ENFILE : 0));
 }
 
+// How a receive ring's ArrayBuffer is made (engineSetRingView): by default N-API's external
+// ArrayBuffer, which V8 counts as external memory; the plugin's library makes one V8 does not
+// count, since the ring is freed at ioClose and not by V8 (binding.cc, uncountedView).
+std::atomic<RingViewMaker> g_ringView{nullptr};  // every protocol thread's binding sets the same one
+
+static napi_value ringView(napi_env env, void* p, size_t bytes) {
+  if (RingViewMaker make = g_ringView.load(std::memory_order_relaxed)) return make(env, p, bytes);
+  napi_value ab = nullptr;
+  napi_create_external_arraybuffer(env, p, bytes, [](napi_env, void*, void*) {}, nullptr, &ab);
+  return ab;
+}
+
+// JavaScript's hold on a control lane's ring goes: the ArrayBuffer is detached (every view of it
+// reads as empty from now on) and its reference to the memory released, which the lane's own
+// reference outlives while an I/O thread may still write there. Before the lane's close reaches
+// its I/O thread, which may free the lane.
+static void dropRing(napi_env env, Lane* l) {
+  if (!l->rxRef) return;
+  napi_ref ref = static_cast<napi_ref>(l->rxRef);
+  napi_value ab = nullptr;
+  // Empty: V8 collected the ArrayBuffer, and its finalizer released the memory (or will).
+  if (napi_get_reference_value(env, ref, &ab) == napi_ok && ab) {
+    RxView* v = l->rxView;
+    if (!v->dropped) {
+      v->dropped = true;
+      napi_detach_arraybuffer(env, ab);
+      rxRelease(v->mem);
+    }
+  }
+  napi_delete_reference(env, ref);
+  l->rxRef = nullptr;
+  l->rxView = nullptr;
+}
+
 // Memory the engine owns for the process's life, seen from JavaScript without a copy.
 Napi::ArrayBuffer view(Napi::Env env, void* p, size_t bytes) {
   return Napi::ArrayBuffer::New(env, p, bytes, [](Napi::Env, void*) {});
@@ -496,9 +530,42 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
     close(mine);
     return sysFail(env, "ioAdopt: a receive ring of " + std::to_string(rxBytes) + " bytes", err ? err : ENOMEM);
   }
+  // The lane and JavaScript share the ring: it goes when the lane has been freed and
+  // JavaScript's hold dropped, whichever comes last. The hold goes at ioClose (dropRing), or
+  // where JavaScript never closes the lane, when V8 collects the ArrayBuffer (its finalizer).
+  // Neither waits for V8 otherwise, so V8 need not count the ring: counted, the rings of 1024
+  // TCP comm pairs connected and closed twice made V8 run 37-50 full collections, against 8-9
+  // (docs/performance.md, item 45). Made before the lane, so that a failure has only the ring
+  // to undo; until the lane holds the ring, the view holds nothing (dropped).
+  napi_value ab = nullptr;
+  napi_ref ref = nullptr;
+  RxView* v = nullptr;
+  if (rxBytes) {
+    v = new RxView();
+    v->dropped = true;
+    bool tied = false;
+    if ((ab = ringView(env, mem, memBytes)) &&
+        (tied = napi_add_finalizer(env, ab, v, [](napi_env, void* data, void*) {
+           RxView* view = static_cast<RxView*>(data);
+           if (!view->dropped) rxRelease(view->mem);
+           delete view;
+         }, nullptr, nullptr) == napi_ok) &&
+        napi_create_reference(env, ab, 0, &ref) == napi_ok) {
+    } else {
+      if (ab) napi_detach_arraybuffer(env, ab);
+      if (!tied) delete v;  // else the finalizer deletes it
+      close(mine);
+      pagesFree(mem, memBytes);
+      return fail(env, "ioAdopt: the receive ring's ArrayBuffer could not be made");
+    }
+  }
   Lane* l = newLane(mine, E->threads[ti], p, static_cast<uint32_t>(linkD));
   if (!l) {
     close(mine);
+    if (ab) {
+      napi_detach_arraybuffer(env, ab);
+      napi_delete_reference(env, ref);
+    }
     pagesFree(mem, memBytes);
     return fail(env, "ioAdopt: too many lanes");
   }
@@ -511,13 +578,15 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
     l->rxHdr->capacity = rxBytes;
     l->rx = static_cast<uint8_t*>(mem) + sizeof(tsn_rx_hdr_t);
     l->rxCap = rxBytes;
-    // The lane and the ArrayBuffer share the ring: it goes when the lane has been freed and the
-    // last view of it collected, whichever comes last (a view dropped early frees nothing).
     RxMem* rm = new RxMem();
     rm->mem = mem;
     rm->bytes = memBytes;
     l->rxMem = rm;
-    out.Set("rx", Napi::ArrayBuffer::New(env, mem, memBytes, [](Napi::Env, void*, RxMem* m) { rxRelease(m); }, rm));
+    v->mem = rm;
+    v->dropped = false;
+    l->rxView = v;
+    l->rxRef = ref;
+    out.Set("rx", Napi::Value(env, ab));
   }
   // A control lane's bytes are messages for this thread: they wake it with the I/O thread. Before
   // the I/O thread has the fd, so that the number is still the lane's.
@@ -527,6 +596,7 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
   ev.data.ptr = l;
   if (epoll_ctl(l->t->ep, EPOLL_CTL_ADD, mine, &ev) < 0) {
     int err = errno;
+    dropRing(env, l);
     unwatchLane(l);
     bool partial, hard;
     cancelLane(l, false, &partial, &hard);
@@ -620,6 +690,7 @@ Napi::Value IoClose(const Napi::CallbackInfo& info) {
   if (!l) return env.Undefined();
   bool graceful = info.Length() > 1 && info[1].ToBoolean().Value();
   bool partial = false;
+  dropRing(env, l);
   bool hard = closeLane(l, graceful, &partial);
   Napi::Object out = Napi::Object::New(env);
   out.Set("partial", partial);
@@ -1017,5 +1088,7 @@ void engineRegister(napi_env env, napi_value exports) {
   o.Set("ioLaneState", Napi::Function::New(e, IoLaneState, "ioLaneState"));
   ofiRegister(env, exports);
 }
+
+void engineSetRingView(RingViewMaker make) { g_ringView.store(make, std::memory_order_relaxed); }
 
 }  // namespace tsn
