@@ -93,7 +93,7 @@ describe.runIf(HAVE_LIBFABRIC)('libfabric shm: a burst of heartbeats from 3000 q
  * Full collections protocol thread 0 may run while 256 pairs come up, carry their messages and
  * close with 16 GiB of host memory registered on them (512 regions of 32 MiB): 3 without the
  * large regions, and 3 with them since a region's view is memory V8 does not count as its own;
- * counted, as every other external ArrayBuffer's is, they took 21-47 (docs/performance.md, item 45).
+ * counted, as every other external ArrayBuffer's is, they took 21-51 (docs/performance.md, item 45).
  */
 const FULL_GCS_WITH_LARGE_REGIONS = 12;
 
