@@ -402,8 +402,9 @@ Napi::Value TraceWrite(const Napi::CallbackInfo& info) {
 // are), every 64 MiB or so made V8 start a full collection to free memory that collecting
 // frees only later or never: a rank under PyTorch registered 20 GiB on 3328 comms, and 1024
 // TCP comm pairs connected and closed twice made 37-50 full collections with their rings
-// counted, 8-9 without (docs/performance.md, item 45). N-API has no call for such a store, so V8's is used; a napi_value is the slot of a
-// v8::Local (N-API's own conversion copies it the same way).
+// counted, 8-9 without (docs/performance.md, item 45). N-API has no call for such a store, so
+// V8's is used; a napi_value is the slot of a v8::Local (N-API's own conversion copies it the
+// same way).
 napi_value uncountedView(napi_env, void* data, size_t size) {
   v8::Isolate* isolate = v8::Isolate::GetCurrent();
   std::unique_ptr<v8::BackingStore> store = v8::ArrayBuffer::NewBackingStore(data, size, v8::BackingStore::EmptyDeleter, nullptr);
