@@ -399,7 +399,7 @@ Napi::Value TraceWrite(const Napi::CallbackInfo& info) {
 // deregMr, before NCCL frees them) and the engine's receive rings (detached at ioClose, freed by
 // the engine). Its backing store has V8's empty deleter, so V8 neither frees the memory nor
 // counts it as external memory of its heap. Counted (as napi_create_external_arraybuffer's
-// are), every 64 MiB or so made V8 start a full collection to free memory that collecting
+// are), the growing total made V8 start full collections to free memory that collecting
 // frees only later or never: a rank under PyTorch registered 20 GiB on 3328 comms, and 1024
 // TCP comm pairs connected and closed twice made 37-50 full collections with their rings
 // counted, 8-9 without (docs/performance.md, item 45). N-API has no call for such a store, so

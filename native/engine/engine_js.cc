@@ -544,14 +544,13 @@ Napi::Value IoAdopt(const Napi::CallbackInfo& info) {
     v = new RxView();
     v->dropped = true;
     bool tied = false;
-    if ((ab = ringView(env, mem, memBytes)) &&
-        (tied = napi_add_finalizer(env, ab, v, [](napi_env, void* data, void*) {
-           RxView* view = static_cast<RxView*>(data);
-           if (!view->dropped) rxRelease(view->mem);
-           delete view;
-         }, nullptr, nullptr) == napi_ok) &&
-        napi_create_reference(env, ab, 0, &ref) == napi_ok) {
-    } else {
+    if (!(ab = ringView(env, mem, memBytes)) ||
+        !(tied = napi_add_finalizer(env, ab, v, [](napi_env, void* data, void*) {
+            RxView* view = static_cast<RxView*>(data);
+            if (!view->dropped) rxRelease(view->mem);
+            delete view;
+          }, nullptr, nullptr) == napi_ok) ||
+        napi_create_reference(env, ab, 0, &ref) != napi_ok) {
       if (ab) napi_detach_arraybuffer(env, ab);
       if (!tied) delete v;  // else the finalizer deletes it
       close(mine);

@@ -93,12 +93,12 @@ describe.runIf(HAVE_LIBFABRIC)('libfabric shm: a burst of heartbeats from 3000 q
  * Full collections protocol thread 0 may run while 256 pairs come up, carry their messages and
  * close with 16 GiB of host memory registered on them (512 regions of 32 MiB): 3 without the
  * large regions, and 3 with them since a region's view is memory V8 does not count as its own;
- * counted, as every other external ArrayBuffer's is, they took 21-51 (docs/performance.md, item 45).
+ * counted, as N-API's external ArrayBuffers are, they took 21-51 (docs/performance.md, item 45).
  */
 const FULL_GCS_WITH_LARGE_REGIONS = 12;
 
 describe('host memory registered in large regions', () => {
-  it('tcp: 512 regions of 32 MiB (16 GiB, never touched) registered and deregistered: every call succeeds, and V8 runs no more full collections than the comms alone take', async () => {
+  it('tcp: 512 regions of 32 MiB (16 GiB, never touched) registered and deregistered: every call succeeds, and V8 runs at most 12 full collections in the whole run', async () => {
     requireLib();
     const r = await runAsync('bash', ['-c', 'ulimit -n 4096 2>/dev/null; exec "$0" "$@"', buildDriver(), 'many', '--procs', '1', '--version', '12', '--lib', LIB, '--verbose'], {
       cwd: ROOT,
